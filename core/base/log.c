@@ -1,0 +1,77 @@
+#include "base/log.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+static lamp_log_level threshold = LAMP_LOG_INFO;
+static int threshold_read_from_env;
+static lamp_log_sink sink;
+static void *sink_userdata;
+static int this_rank;
+
+static void read_env_threshold(void) {
+  const char *v = getenv("LAMP_LOG");
+  threshold_read_from_env = 1;
+  if (v == NULL) return;
+  if (strcasecmp(v, "error") == 0) threshold = LAMP_LOG_ERROR;
+  else if (strcasecmp(v, "warn") == 0) threshold = LAMP_LOG_WARN;
+  else if (strcasecmp(v, "info") == 0) threshold = LAMP_LOG_INFO;
+  else if (strcasecmp(v, "debug") == 0) threshold = LAMP_LOG_DEBUG;
+}
+
+lamp_log_level lamp_log_get_level(void) {
+  if (!threshold_read_from_env) read_env_threshold();
+  return threshold;
+}
+
+void lamp_log_set_level(lamp_log_level level) {
+  threshold_read_from_env = 1;
+  threshold = level;
+}
+
+void lamp_log_set_sink(lamp_log_sink s, void *userdata) {
+  sink = s;
+  sink_userdata = userdata;
+}
+
+void lamp_log_set_rank(int rank) { this_rank = rank; }
+
+static int rank_may_log(lamp_log_level level) {
+  if (this_rank == 0 || level <= LAMP_LOG_WARN) return 1;
+  const char *all = getenv("LAMP_LOG_ALL_RANKS");
+  return all != NULL && strcmp(all, "1") == 0;
+}
+
+static const char *level_prefix(lamp_log_level level) {
+  switch (level) {
+  case LAMP_LOG_ERROR: return "error: ";
+  case LAMP_LOG_WARN: return "warning: ";
+  default: return "";
+  }
+}
+
+void lamp_vlog(lamp_log_level level, const char *who, const char *fmt, va_list ap) {
+  if (level > lamp_log_get_level() || !rank_may_log(level)) return;
+  char message[2048];
+  char line[2300];
+  vsnprintf(message, sizeof message, fmt, ap);
+  if (who != NULL && who[0] != '\0')
+    snprintf(line, sizeof line, "%s%s: %s", level_prefix(level), who, message);
+  else
+    snprintf(line, sizeof line, "%s%s", level_prefix(level), message);
+  if (sink != NULL) {
+    sink(level, line, sink_userdata);
+    return;
+  }
+  fprintf(stderr, "%s\n", line);
+  fflush(stderr);
+}
+
+void lamp_log(lamp_log_level level, const char *who, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  lamp_vlog(level, who, fmt, ap);
+  va_end(ap);
+}

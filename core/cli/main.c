@@ -1,0 +1,3 @@
+/* The lamp executable (being written). */
+#include <stdio.h>
+int main(void) { return 0; }

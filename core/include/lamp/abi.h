@@ -1,0 +1,134 @@
+/*
+** lamp plugin ABI, version 1: the common part every plugin family shares.
+**
+** A plugin is a shared object exporting exactly one symbol,
+**
+**     LAMP_PLUGIN_EXPORT const lamp_plugin *lamp_plugin_entry_v1(const lamp_host *host);
+**
+** which returns a pointer to a static family table (lamp_precision_v1, lamp_comm_v1 or
+** lamp_optim_v1) whose first member is the lamp_plugin header below. The entry may inspect
+** `host` and refuse by calling host->set_error(NULL, ...) and returning NULL.
+**
+** Compatibility rules (see README "Writing a plugin"):
+**   - a different ABI major is refused, naming both versions;
+**   - an older minor or a smaller struct_size is accepted: members past struct_size count as
+**     NULL ("unsupported");
+**   - tables only ever grow at the end; members are never reordered or retyped within a major.
+**     tests/unit/test_abi_layout.c pins the offset of every member.
+*/
+#ifndef LAMP_ABI_H
+#define LAMP_ABI_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define LAMP_ABI_MAJOR 1
+#define LAMP_ABI_MINOR 0
+
+/* 'L' 'A' 'M' 'P' read as a little-endian uint32. */
+#define LAMP_PLUGIN_MAGIC 0x504d414cu
+
+#if defined(__GNUC__)
+#define LAMP_PLUGIN_EXPORT __attribute__((visibility("default")))
+#else
+#define LAMP_PLUGIN_EXPORT
+#endif
+
+/* Stable status codes. The meaning of each is part of the ABI. */
+typedef enum lamp_status {
+  LAMP_OK = 0,
+  LAMP_ERR_SYSTEM = 1,        /* the OS or hardware failed: I/O, out of memory, device error */
+  LAMP_ERR_INTERNAL = 2,      /* a bug: the core or a plugin broke its own contract */
+  LAMP_ERR_INVALID_ARG = 3,   /* a caller passed a bad value (shape, option, pointer) */
+  LAMP_ERR_INVALID_USAGE = 4, /* the user's configuration is wrong (file, plugin, data) */
+  LAMP_ERR_UNSUPPORTED = 5,   /* valid request this implementation cannot serve */
+  LAMP_ERR_REMOTE = 6,        /* another rank failed or timed out */
+  LAMP_ERR_NUMERIC = 7        /* NaN/inf where training cannot continue (e.g. minimum scale) */
+} lamp_status;
+
+typedef enum lamp_kind {
+  LAMP_KIND_PRECISION = 1,
+  LAMP_KIND_COMM = 2,
+  LAMP_KIND_OPTIM = 3
+} lamp_kind;
+
+typedef enum lamp_dtype {
+  LAMP_F32 = 0,
+  LAMP_F16 = 1,
+  LAMP_BF16 = 2,
+  LAMP_I32 = 3,
+  LAMP_U8 = 4,
+  LAMP_DTYPE_COUNT
+} lamp_dtype;
+
+typedef enum lamp_device {
+  LAMP_CPU = 0,
+  LAMP_CUDA = 1,
+  LAMP_DEVICE_COUNT
+} lamp_device;
+
+/* Capability masks: bit (1u << LAMP_CPU), (1u << LAMP_F16) and so on. */
+#define LAMP_BIT(x) (1u << (unsigned)(x))
+
+typedef enum lamp_log_level {
+  LAMP_LOG_ERROR = 0,
+  LAMP_LOG_WARN = 1,
+  LAMP_LOG_INFO = 2,
+  LAMP_LOG_DEBUG = 3
+} lamp_log_level;
+
+/*
+** A named numeric parameter a plugin accepts (hyper-parameter, scaler option, timeout).
+** The core validates names and ranges from these declarations, so an unknown name is an
+** error listing the valid ones, and plugins receive a plain double array in declaration
+** order. Booleans are 0 or 1.
+*/
+typedef struct lamp_param {
+  const char *name;
+  double default_value;
+  double min_value; /* inclusive */
+  double max_value; /* inclusive */
+  const char *help;
+} lamp_param;
+
+/* Host-side context of one plugin object; the plugin passes it back to host->set_error. */
+typedef struct lamp_ctx lamp_ctx;
+struct lamp_host;
+
+/*
+** The common header: first member of every family table.
+** `probe` is required and must be cheap (no device context, no network): it rates how well
+** the plugin can run here, 0 meaning "cannot", and explains why in `reason`.
+*/
+typedef struct lamp_plugin {
+  uint32_t magic;       /* LAMP_PLUGIN_MAGIC */
+  uint32_t struct_size; /* sizeof the whole family table the plugin was built with */
+  uint16_t abi_major;   /* LAMP_ABI_MAJOR the plugin was built against */
+  uint16_t abi_minor;   /* LAMP_ABI_MINOR the plugin was built against */
+  uint32_t kind;        /* lamp_kind */
+  const char *name;     /* short name: "fp32", "single", "sgd" */
+  const char *version;  /* the plugin's own version, "1.0" */
+  const char *description;
+  uint32_t devices;     /* LAMP_BIT(lamp_device) mask */
+  uint32_t dtypes;      /* LAMP_BIT(lamp_dtype) mask */
+  const lamp_param *params;
+  uint32_t n_params;
+  int (*probe)(const struct lamp_host *host, char *reason, size_t reason_size);
+} lamp_plugin;
+
+#define LAMP_PLUGIN_HEADER(kind_, table_type, name_, version_, description_)                   \
+  .magic = LAMP_PLUGIN_MAGIC, .struct_size = sizeof(table_type), .abi_major = LAMP_ABI_MAJOR,   \
+  .abi_minor = LAMP_ABI_MINOR, .kind = (kind_), .name = (name_), .version = (version_),        \
+  .description = (description_)
+
+#define LAMP_ENTRY_SYMBOL "lamp_plugin_entry_v1"
+typedef const lamp_plugin *(*lamp_plugin_entry_fn)(const struct lamp_host *host);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,66 @@
+/*
+** Optimizer plugins (family LAMP_KIND_OPTIM): the math of one update, fused over flat slabs.
+** The core owns every buffer: it allocates the state slots the plugin declares (so every
+** optimizer gets checkpointing and sharding for free), folds loss-scale and clipping into
+** grad_scale, and applies the learning-rate schedule.
+*/
+#ifndef LAMP_OPTIM_H
+#define LAMP_OPTIM_H
+
+#include "lamp/host.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* One state slot: a slab the size of the parameters, zero-initialised by the core. */
+typedef struct lamp_optim_slot {
+  const char *name; /* "momentum_buffer", "exp_avg" */
+  uint32_t dtype;   /* lamp_dtype; LAMP_F32 in every built-in optimizer */
+} lamp_optim_slot;
+
+/* A contiguous run of elements sharing per-parameter options (parameter groups). */
+typedef struct lamp_optim_segment {
+  size_t offset;
+  size_t count;
+  float lr_mult;       /* multiplies the step's lr */
+  float decay_mult;    /* multiplies weight_decay: 0 for biases and norm parameters */
+} lamp_optim_segment;
+
+/* Everything one step needs. */
+typedef struct lamp_optim_step {
+  uint32_t struct_size;
+  uint32_t device;           /* lamp_device of every pointer below */
+  size_t n;                  /* elements in each slab */
+  float *params;             /* fp32 parameters or fp32 master weights, updated in place */
+  const float *grads;        /* fp32 gradients, averaged over ranks, not yet scaled */
+  float *const *slots;       /* the declared state slots, each n elements */
+  const lamp_optim_segment *segments; /* cover [0, n) in order */
+  size_t n_segments;
+  uint64_t step;             /* 1 for the first step taken (skipped steps do not count) */
+  double lr;                 /* the scheduled learning rate for this step */
+  double grad_scale;         /* multiply every gradient by this first (1/S, clipping) */
+  const double *hparams;     /* hdr.n_params values in declaration order */
+} lamp_optim_step;
+
+typedef struct lamp_optim_v1 {
+  lamp_plugin hdr;
+
+  /* Required. hparams as declared in hdr.params. */
+  lamp_status (*create)(const lamp_host *host, lamp_ctx *ctx, const double *hparams,
+                        void **opt);
+  void (*destroy)(void *opt); /* required; NULL is a no-op */
+
+  /*
+  ** Required. The state slots this configuration needs (Adam with amsgrad needs three):
+  ** writes up to `max` entries into `out` and the total into *n.
+  */
+  lamp_status (*slots)(void *opt, lamp_optim_slot *out, uint32_t max, uint32_t *n);
+
+  lamp_status (*step)(void *opt, const lamp_optim_step *step); /* required */
+} lamp_optim_v1;
+
+#ifdef __cplusplus
+}
+#endif
+#endif

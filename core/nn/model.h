@@ -1,0 +1,66 @@
+/*
+** A model: a root layer plus the flat slabs its parameters live in. Building enumerates the
+** parameter declarations, allocates one slab per role at identical element offsets —
+** weights (storage dtype), fp32 master weights (only when the policy keeps them), fp32
+** gradients — initialises the weights from a seed, and binds views into the layers.
+** Forward/backward keep the activation buffers (charged to the ledger as activations).
+*/
+#ifndef LAMP_NN_MODEL_H
+#define LAMP_NN_MODEL_H
+
+#include "nn/layer.h"
+
+typedef struct lamp_model lamp_model;
+
+typedef struct lamp_model_config {
+  lamp_device device;
+  lamp_dtype weight_dtype;     /* storage of the weights forward reads */
+  lamp_dtype compute_dtype;
+  lamp_dtype activation_dtype;
+  int master_weights;          /* keep an fp32 master slab (required when weight_dtype != f32) */
+  uint64_t seed;               /* parameter initialisation */
+} lamp_model_config;
+
+/* One parameter tensor's place in the slabs. */
+typedef struct lamp_model_param {
+  char name[96];               /* "0.weight" */
+  size_t offset;               /* elements */
+  size_t count;
+  int ndim;
+  int64_t shape[LAMP_MAX_DIMS];
+  int decay;
+} lamp_model_param;
+
+/* Retains root. The model is unusable until built. */
+lamp_status lamp_model_new(lamp_model **out, lamp_layer *root);
+void lamp_model_free(lamp_model *model);
+
+lamp_status lamp_model_build(lamp_model *model, const lamp_model_config *config);
+int lamp_model_is_built(const lamp_model *model);
+const lamp_model_config *lamp_model_get_config(const lamp_model *model);
+lamp_layer *lamp_model_root(const lamp_model *model);
+
+size_t lamp_model_numel(const lamp_model *model);       /* parameters, in elements */
+size_t lamp_model_n_params(const lamp_model *model);    /* parameter tensors */
+const lamp_model_param *lamp_model_param_at(const lamp_model *model, size_t i);
+
+lamp_tensor *lamp_model_weights(const lamp_model *model); /* weight_dtype slab [numel] */
+lamp_tensor *lamp_model_master(const lamp_model *model);  /* f32 slab, NULL without masters */
+lamp_tensor *lamp_model_grads(const lamp_model *model);   /* f32 slab [numel] */
+
+/* The fp32 slab the optimizer updates: the master slab when present, else the weights. */
+float *lamp_model_trainable(const lamp_model *model);
+
+/* After the optimizer updated the masters: refresh the 16-bit weights (no-op without). */
+lamp_status lamp_model_sync_weights(lamp_model *model);
+
+lamp_status lamp_model_zero_grads(lamp_model *model);
+
+/* Runs forward; *y is owned by the model and valid until the next forward. */
+lamp_status lamp_model_forward(lamp_model *model, const lamp_tensor *x, int training,
+                               const lamp_tensor **y);
+
+/* Backward from dy = dL/dy of the last forward; accumulates into the gradient slab. */
+lamp_status lamp_model_backward(lamp_model *model, const lamp_tensor *dy);
+
+#endif

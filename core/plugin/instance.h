@@ -1,0 +1,60 @@
+/*
+** Plugin objects as the rest of the core sees them: opaque handles whose functions return a
+** status and report plugin errors through lamp_last_error(), prefixed with the plugin name
+** ("fp16: ..."). Options are validated against the plugin's declared parameters.
+*/
+#ifndef LAMP_PLUGIN_INSTANCE_H
+#define LAMP_PLUGIN_INSTANCE_H
+
+#include "plugin/loader.h"
+
+/* A user-supplied option; booleans are 0/1. */
+typedef struct lamp_option {
+  const char *name;
+  double value;
+} lamp_option;
+
+/*
+** Fills values[desc->n_params] from defaults and options. Errors:
+**   "sgd: unknown option 'mom'; valid options: lr, momentum, dampening, nesterov, weight_decay"
+**   "sgd: option 'lr' must be in [0, 1e+06], got -1"
+*/
+lamp_status lamp_params_resolve(const lamp_plugin *desc, const lamp_option *opts, size_t n_opts,
+                                double *values);
+
+typedef struct lamp_precision lamp_precision;
+typedef struct lamp_comm lamp_comm;
+typedef struct lamp_optim lamp_optim;
+
+/* name_or_path as in lamp_plugin_load; for comm, "auto" selects by probe. */
+lamp_status lamp_precision_open(lamp_precision **out, const char *name_or_path, const lamp_option *opts, size_t n_opts);
+lamp_status lamp_comm_open(lamp_comm **out, const char *name_or_path, const lamp_option *opts, size_t n_opts);
+lamp_status lamp_optim_open(lamp_optim **out, const char *name_or_path, const lamp_option *opts, size_t n_opts);
+void lamp_precision_close(lamp_precision *p); /* NULL is a no-op */
+void lamp_comm_close(lamp_comm *c);
+void lamp_optim_close(lamp_optim *o);
+
+const lamp_plugin_handle *lamp_precision_handle(const lamp_precision *p);
+const lamp_plugin_handle *lamp_comm_handle(const lamp_comm *c);
+const lamp_plugin_handle *lamp_optim_handle(const lamp_optim *o);
+
+/* Precision. */
+lamp_status lamp_precision_policy_get(lamp_precision *p, lamp_precision_policy *out);
+double lamp_precision_loss_scale(lamp_precision *p);
+lamp_status lamp_precision_update(lamp_precision *p, int found_inf, int *skip_step);
+lamp_status lamp_precision_stats(lamp_precision *p, lamp_scaler_stats *out);
+
+/* Comm. */
+int lamp_comm_rank(lamp_comm *c);
+int lamp_comm_size(lamp_comm *c);
+lamp_status lamp_comm_all_reduce(lamp_comm *c, void *buf, size_t count, lamp_dtype dtype, lamp_reduce_op op, lamp_device device);
+lamp_status lamp_comm_broadcast(lamp_comm *c, void *buf, size_t count, lamp_dtype dtype, int root, lamp_device device);
+lamp_status lamp_comm_barrier(lamp_comm *c);
+
+/* Optim. hparam lookup by name (for "lr"): returns 0 and sets *value when declared. */
+int lamp_optim_hparam(const lamp_optim *o, const char *name, double *value);
+lamp_status lamp_optim_slots(lamp_optim *o, lamp_optim_slot *out, uint32_t max, uint32_t *n);
+/* Fills step->hparams and struct_size itself. */
+lamp_status lamp_optim_step(lamp_optim *o, lamp_optim_step *step);
+
+#endif

@@ -1,0 +1,23 @@
+/*
+** fp16 (IEEE binary16) and bf16 conversions. float -> 16-bit rounds to nearest, ties to even;
+** NaN stays NaN (quiet, sign kept); values beyond the largest finite 16-bit value become
+** ±inf; subnormals are produced and read exactly. 16-bit -> float is exact.
+*/
+#ifndef LAMP_TENSOR_HALF_H
+#define LAMP_TENSOR_HALF_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+uint16_t lamp_f32_to_f16(float x);
+float lamp_f16_to_f32(uint16_t h);
+uint16_t lamp_f32_to_bf16(float x);
+float lamp_bf16_to_f32(uint16_t h);
+
+/* Bulk forms (vectorised with F16C where the CPU has it; identical results either way). */
+void lamp_f32_to_f16_n(uint16_t *dst, const float *src, size_t n);
+void lamp_f16_to_f32_n(float *dst, const uint16_t *src, size_t n);
+void lamp_f32_to_bf16_n(uint16_t *dst, const float *src, size_t n);
+void lamp_bf16_to_f32_n(float *dst, const uint16_t *src, size_t n);
+
+#endif
