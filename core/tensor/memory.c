@@ -62,5 +62,6 @@ void lamp_mem_free(void *ptr) {
 
 size_t lamp_mem_size(const void *ptr) {
   if (ptr == NULL) return 0;
-  return header_of(ptr)->bytes;
+  const block_header *h = header_of(ptr);
+  return h->guard == BLOCK_GUARD ? h->bytes : 0;
 }

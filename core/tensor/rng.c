@@ -32,6 +32,7 @@ uint64_t lamp_rng_next(lamp_rng *r) {
 double lamp_rng_uniform(lamp_rng *r) { return (double)(lamp_rng_next(r) >> 11) * 0x1.0p-53; }
 
 uint64_t lamp_rng_below(lamp_rng *r, uint64_t n) {
+  if (n == 0) return 0; /* documented as n > 0; an empty range has only one sensible answer */
   /* Rejection keeps the draw unbiased: discard the top partial bucket. */
   uint64_t limit = UINT64_MAX - UINT64_MAX % n;
   uint64_t x;

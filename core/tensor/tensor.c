@@ -98,6 +98,7 @@ lamp_status lamp_tensor_view(lamp_tensor **out, lamp_tensor *base, size_t offset
   lamp_status st = check_shape(ndim, shape, &numel);
   if (st != LAMP_OK) return st;
   size_t esize = lamp_dtype_size(base->dtype);
+  if (esize == 0) return lamp_error(LAMP_ERR_INVALID_ARG, "tensor: unknown dtype %d", (int)base->dtype);
   size_t start = base->offset + offset;
   if (start < offset || numel > base->storage->nbytes / esize || start > base->storage->nbytes / esize - numel)
     return lamp_error(LAMP_ERR_INVALID_ARG, "tensor: view of %zu elements at %zu exceeds its storage (%zu elements)",
@@ -133,8 +134,11 @@ lamp_status lamp_tensor_ensure(lamp_tensor **t, lamp_dtype dtype, lamp_device de
   if (st != LAMP_OK) return st;
   lamp_tensor *cur = *t;
   size_t esize = lamp_dtype_size(dtype);
+  if (esize == 0) return lamp_error(LAMP_ERR_INVALID_ARG, "tensor: unknown dtype %d", (int)dtype);
+  if (numel > SIZE_MAX / esize) return lamp_error(LAMP_ERR_INVALID_ARG, "tensor: byte size overflows size_t");
+  /* Reuse only storage nobody else sees, on the same device and under the same ledger tag. */
   if (cur != NULL && cur->refcount == 1 && cur->storage->refcount == 1 && cur->device == device &&
-      cur->offset == 0 && numel * esize <= cur->storage->nbytes) {
+      cur->storage->tag == tag && cur->offset == 0 && numel * esize <= cur->storage->nbytes) {
     cur->dtype = dtype;
     set_contiguous(cur, ndim, shape);
     return LAMP_OK;
