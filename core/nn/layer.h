@@ -57,7 +57,10 @@ typedef struct lamp_layer_ops {
 
   /*
   ** Binds parameter i: `weight` in the weight storage dtype (what forward reads), `grad` the
-  ** fp32 gradient view at the same offset. The layer retains both.
+  ** fp32 gradient view at the same offset. The layer retains both. Binding a parameter that
+  ** is already bound is an error (a layer belongs to one model, once); weight == grad == NULL
+  ** unbinds, releasing the views (the model does so when it is freed or a build fails, so
+  ** that its slabs are really freed while the user still holds the layers).
   */
   lamp_status (*bind)(lamp_layer *layer, size_t i, lamp_tensor *weight, lamp_tensor *grad);
 

@@ -37,7 +37,7 @@ void lamp_model_free(lamp_model *model);
 
 lamp_status lamp_model_build(lamp_model *model, const lamp_model_config *config);
 int lamp_model_is_built(const lamp_model *model);
-const lamp_model_config *lamp_model_get_config(const lamp_model *model);
+const lamp_model_config *lamp_model_get_config(const lamp_model *model); /* NULL until built */
 lamp_layer *lamp_model_root(const lamp_model *model);
 
 size_t lamp_model_numel(const lamp_model *model);       /* parameters, in elements */
@@ -56,11 +56,18 @@ lamp_status lamp_model_sync_weights(lamp_model *model);
 
 lamp_status lamp_model_zero_grads(lamp_model *model);
 
-/* Runs forward; *y is owned by the model and valid until the next forward. */
+/*
+** Runs forward; *y is owned by the model and valid until the next forward. The model keeps
+** the pointer x (borrowed, not retained) for backward: x must stay alive and unchanged until
+** lamp_model_backward has run.
+*/
 lamp_status lamp_model_forward(lamp_model *model, const lamp_tensor *x, int training,
                                const lamp_tensor **y);
 
-/* Backward from dy = dL/dy of the last forward; accumulates into the gradient slab. */
+/*
+** Backward from dy = dL/dy of the last forward (dy shaped like *y, any float dtype);
+** accumulates into the gradient slab, so two calls without lamp_model_zero_grads add up.
+*/
 lamp_status lamp_model_backward(lamp_model *model, const lamp_tensor *dy);
 
 #endif

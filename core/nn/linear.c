@@ -1,0 +1,326 @@
+/*
+** Linear: y = x W^T + b with W [out, in] (PyTorch layout) and b [out].
+**
+** Autocast: the GEMMs take their inputs in exec->compute_dtype. An input whose dtype differs
+** (fp32 weights under a bf16 policy, fp32 images entering the first layer) is converted into
+** a workspace tensor owned by the layer and reused across batches; under an fp32 policy, or
+** whenever the dtypes already agree, the GEMM reads the tensors in place, so the steady state
+** neither copies nor allocates.
+**
+** The converted copies made in one step are reused by the later phases of the same step
+** (W from forward in backward_input, x from forward and dy from backward_input in
+** accumulate_grads). That relies on the training-step order: the weights and the input do
+** not change between forward and backward. accumulate_grads ends the step and drops them.
+*/
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "backend/backend.h"
+#include "base/error.h"
+#include "nn/layer.h"
+
+/* A tensor's data in the compute dtype: the tensor itself or a converted copy. */
+typedef struct compute_copy {
+  lamp_tensor *buf;  /* workspace, grown on demand, reused across steps */
+  const void *src;   /* the data the copy was made from */
+  int valid;         /* the copy still matches src for this step */
+} compute_copy;
+
+typedef struct linear {
+  lamp_layer base;
+  int64_t in, out;
+  int has_bias;
+  lamp_tensor *weight, *bias;   /* views of the weight slab (weight dtype) */
+  lamp_tensor *gweight, *gbias; /* views of the fp32 gradient slab */
+  compute_copy x_copy, w_copy, dy_copy;
+} linear;
+
+static int is_float(lamp_dtype dtype) {
+  return dtype == LAMP_F32 || dtype == LAMP_F16 || dtype == LAMP_BF16;
+}
+
+/* "Linear(784 -> 10)": the prefix of every message this layer writes. */
+static const char *name_of(const linear *l, char *buf, size_t size) {
+  snprintf(buf, size, "Linear(%lld -> %lld)", (long long)l->in, (long long)l->out);
+  return buf;
+}
+
+static void describe_shape(int ndim, const int64_t *shape, char *buf, size_t size) {
+  size_t used = (size_t)snprintf(buf, size, "[");
+  for (int i = 0; i < ndim && used < size; i++)
+    used += (size_t)snprintf(buf + used, size - used, i ? ", %lld" : "%lld", (long long)shape[i]);
+  if (used < size) snprintf(buf + used, size - used, "]");
+}
+
+/*
+** The batch is the first dimension; the trailing dimensions flatten into the features (an
+** image [B, 1, 28, 28] feeds Linear(784 -> ...)). `what` describes the input for the message:
+** the shape alone from output_shape, which sees no dtype, or the whole tensor from forward.
+*/
+static lamp_status check_features(const linear *l, int ndim, const int64_t *shape, const char *what,
+                                  size_t *rows) {
+  char name[64];
+  if (ndim < 2)
+    return lamp_error(LAMP_ERR_INVALID_ARG, "%s: input %s needs a batch dimension and features",
+                      name_of(l, name, sizeof name), what);
+  size_t features;
+  if (shape[0] < 0 || !lamp_shape_numel(ndim - 1, shape + 1, &features))
+    return lamp_error(LAMP_ERR_INVALID_ARG, "%s: input %s is not a valid shape", name_of(l, name, sizeof name),
+                      what);
+  if (features != (size_t)l->in)
+    return lamp_error(LAMP_ERR_INVALID_ARG, "%s: input %s has %zu features, expected %lld",
+                      name_of(l, name, sizeof name), what, features, (long long)l->in);
+  *rows = (size_t)shape[0];
+  return LAMP_OK;
+}
+
+static lamp_status check_input(const linear *l, const lamp_tensor *x, size_t *rows) {
+  char what[128], name[64];
+  lamp_tensor_describe(x, what, sizeof what);
+  lamp_status st = check_features(l, x->ndim, x->shape, what, rows);
+  if (st != LAMP_OK) return st;
+  if (!is_float(x->dtype) || !lamp_tensor_is_contiguous(x))
+    return lamp_error(LAMP_ERR_INVALID_ARG, "%s: input %s must be a contiguous f32, f16 or bf16 tensor",
+                      name_of(l, name, sizeof name), what);
+  return LAMP_OK;
+}
+
+/* A tensor that must hold rows x cols contiguous floating-point values (y, dy, dx). */
+static lamp_status check_matrix(const linear *l, const lamp_tensor *t, const char *role, size_t rows,
+                                size_t cols) {
+  char what[128], name[64];
+  if (is_float(t->dtype) && lamp_tensor_is_contiguous(t) && t->ndim >= 1 &&
+      (size_t)t->shape[0] == rows && lamp_tensor_numel(t) == rows * cols)
+    return LAMP_OK;
+  return lamp_error(LAMP_ERR_INVALID_ARG, "%s: %s %s, expected %zu x %zu contiguous floating-point values",
+                    name_of(l, name, sizeof name), role, lamp_tensor_describe(t, what, sizeof what),
+                    rows, cols);
+}
+
+static lamp_status check_bound(const linear *l) {
+  char name[64];
+  if (l->weight == NULL || (l->has_bias && l->bias == NULL))
+    return lamp_error(LAMP_ERR_INVALID_USAGE, "%s: parameters are not bound (build a model first)",
+                      name_of(l, name, sizeof name));
+  return LAMP_OK;
+}
+
+/*
+** *data = t's values in `dtype`: t's own storage when it already has that dtype, else the
+** copy, converted now unless `reuse` allows the one this step already made from the same data.
+*/
+static lamp_status as_compute(compute_copy *c, const lamp_exec *exec, const lamp_tensor *t,
+                              size_t n, int reuse, const void **data) {
+  const void *src = lamp_tensor_data(t);
+  if (t->dtype == exec->compute_dtype) {
+    *data = src;
+    return LAMP_OK;
+  }
+  if (!(reuse && c->valid && c->src == src)) {
+    int64_t shape[1] = {(int64_t)n};
+    lamp_status st = lamp_tensor_ensure(&c->buf, exec->compute_dtype, exec->device, 1, shape,
+                                        LAMP_MEM_WORKSPACE);
+    if (st != LAMP_OK) return st;
+    st = lamp_convert(exec->device, lamp_tensor_data(c->buf), exec->compute_dtype, src, t->dtype, n);
+    if (st != LAMP_OK) return st;
+    c->src = src;
+    c->valid = 1;
+  }
+  *data = lamp_tensor_data(c->buf);
+  return LAMP_OK;
+}
+
+static lamp_status linear_output_shape(const lamp_layer *layer, int ndim, const int64_t *in,
+                                       int *out_ndim, int64_t *out) {
+  const linear *l = (const linear *)layer;
+  char what[128];
+  size_t rows;
+  describe_shape(ndim, in, what, sizeof what);
+  lamp_status st = check_features(l, ndim, in, what, &rows);
+  if (st != LAMP_OK) return st;
+  *out_ndim = 2;
+  out[0] = in[0];
+  out[1] = l->out;
+  return LAMP_OK;
+}
+
+static size_t linear_param_count(const lamp_layer *layer) {
+  return ((const linear *)layer)->has_bias ? 2 : 1;
+}
+
+/* PyTorch's default: weight and bias both U(-1/sqrt(in), 1/sqrt(in)). */
+static lamp_status linear_param_decl(const lamp_layer *layer, size_t i, lamp_param_decl *out,
+                                     char *name_buf, size_t name_size) {
+  const linear *l = (const linear *)layer;
+  (void)name_buf;
+  (void)name_size;
+  if (i >= linear_param_count(layer)) {
+    char name[64];
+    return lamp_error(LAMP_ERR_INVALID_ARG, "%s: no parameter %zu", name_of(l, name, sizeof name), i);
+  }
+  *out = (lamp_param_decl){0};
+  out->init = LAMP_INIT_UNIFORM;
+  out->bound = 1.0 / sqrt((double)l->in);
+  if (i == 0) {
+    out->name = "weight";
+    out->ndim = 2;
+    out->shape[0] = l->out;
+    out->shape[1] = l->in;
+    out->decay = 1;
+  } else {
+    out->name = "bias";
+    out->ndim = 1;
+    out->shape[0] = l->out;
+    out->decay = 0;
+  }
+  return LAMP_OK;
+}
+
+static int has_shape(const lamp_tensor *t, int ndim, const int64_t *shape) {
+  if (t->ndim != ndim || !lamp_tensor_is_contiguous(t)) return 0;
+  for (int i = 0; i < ndim; i++)
+    if (t->shape[i] != shape[i]) return 0;
+  return 1;
+}
+
+static lamp_status linear_bind(lamp_layer *layer, size_t i, lamp_tensor *weight, lamp_tensor *grad) {
+  linear *l = (linear *)layer;
+  char name[64];
+  lamp_param_decl decl;
+  lamp_status st = linear_param_decl(layer, i, &decl, NULL, 0);
+  if (st != LAMP_OK) return st;
+  lamp_tensor **w = i == 0 ? &l->weight : &l->bias;
+  lamp_tensor **g = i == 0 ? &l->gweight : &l->gbias;
+  if (weight == NULL && grad == NULL) { /* unbind: the model is letting go of its slabs */
+    lamp_tensor_release(*w);
+    lamp_tensor_release(*g);
+    *w = *g = NULL;
+    l->w_copy.valid = 0;
+    return LAMP_OK;
+  }
+  if (*w != NULL)
+    return lamp_error(LAMP_ERR_INVALID_USAGE, "%s: %s is already bound (a layer belongs to one model, once)",
+                      name_of(l, name, sizeof name), decl.name);
+  if (weight == NULL || grad == NULL || !is_float(weight->dtype) || grad->dtype != LAMP_F32 ||
+      !has_shape(weight, decl.ndim, decl.shape) || !has_shape(grad, decl.ndim, decl.shape))
+    return lamp_error(LAMP_ERR_INVALID_ARG, "%s: %s needs a contiguous weight view and an f32 gradient view of its shape",
+                      name_of(l, name, sizeof name), decl.name);
+  *w = lamp_tensor_retain(weight);
+  *g = lamp_tensor_retain(grad);
+  return LAMP_OK;
+}
+
+static lamp_status linear_forward(lamp_layer *layer, const lamp_exec *exec, const lamp_tensor *x,
+                                  lamp_tensor *y) {
+  linear *l = (linear *)layer;
+  size_t rows, in = (size_t)l->in, out = (size_t)l->out;
+  lamp_status st = check_bound(l);
+  if (st == LAMP_OK) st = check_input(l, x, &rows);
+  if (st == LAMP_OK) st = check_matrix(l, y, "output", rows, out);
+  if (st != LAMP_OK) return st;
+  /* A new step: copies made from an earlier step's data are stale. */
+  l->x_copy.valid = l->w_copy.valid = l->dy_copy.valid = 0;
+  if (rows == 0) return LAMP_OK;
+  const void *xd, *wd;
+  st = as_compute(&l->x_copy, exec, x, rows * in, 0, &xd);
+  if (st == LAMP_OK) st = as_compute(&l->w_copy, exec, l->weight, out * in, 0, &wd);
+  if (st != LAMP_OK) return st;
+  void *yd = lamp_tensor_data(y);
+  st = lamp_gemm(exec->device, 0, 1, rows, out, in, 1.0f, xd, exec->compute_dtype, in, wd,
+                 exec->compute_dtype, in, 0.0f, yd, y->dtype, out);
+  if (st != LAMP_OK || !l->has_bias) return st;
+  return lamp_add_bias_rows(exec->device, yd, y->dtype, lamp_tensor_data(l->bias), l->bias->dtype,
+                            rows, out);
+}
+
+/* dx = dy W. */
+static lamp_status linear_backward_input(lamp_layer *layer, const lamp_exec *exec, const lamp_tensor *x,
+                                         const lamp_tensor *y, const lamp_tensor *dy, lamp_tensor *dx) {
+  linear *l = (linear *)layer;
+  (void)y;
+  if (dx == NULL) return LAMP_OK;
+  size_t rows, in = (size_t)l->in, out = (size_t)l->out;
+  lamp_status st = check_bound(l);
+  if (st == LAMP_OK) st = check_input(l, x, &rows);
+  if (st == LAMP_OK) st = check_matrix(l, dy, "output gradient", rows, out);
+  if (st == LAMP_OK) st = check_matrix(l, dx, "input gradient", rows, in);
+  if (st != LAMP_OK || rows == 0) return st;
+  const void *dyd, *wd;
+  st = as_compute(&l->dy_copy, exec, dy, rows * out, 0, &dyd);
+  if (st == LAMP_OK) st = as_compute(&l->w_copy, exec, l->weight, out * in, 1, &wd);
+  if (st != LAMP_OK) return st;
+  return lamp_gemm(exec->device, 0, 0, rows, in, out, 1.0f, dyd, exec->compute_dtype, out, wd,
+                   exec->compute_dtype, in, 0.0f, lamp_tensor_data(dx), dx->dtype, in);
+}
+
+/* dW += dy^T x (the GEMM accumulates into the fp32 view: beta = 1); db += sum over rows of dy. */
+static lamp_status linear_accumulate_grads(lamp_layer *layer, const lamp_exec *exec, const lamp_tensor *x,
+                                           const lamp_tensor *dy) {
+  linear *l = (linear *)layer;
+  size_t rows, in = (size_t)l->in, out = (size_t)l->out;
+  lamp_status st = check_bound(l);
+  if (st == LAMP_OK) st = check_input(l, x, &rows);
+  if (st == LAMP_OK) st = check_matrix(l, dy, "output gradient", rows, out);
+  if (st != LAMP_OK || rows == 0) return st;
+  const void *xd, *dyd;
+  st = as_compute(&l->x_copy, exec, x, rows * in, 1, &xd);
+  if (st == LAMP_OK) st = as_compute(&l->dy_copy, exec, dy, rows * out, 1, &dyd);
+  if (st == LAMP_OK)
+    st = lamp_gemm(exec->device, 1, 0, out, in, rows, 1.0f, dyd, exec->compute_dtype, out, xd,
+                   exec->compute_dtype, in, 1.0f, lamp_tensor_data(l->gweight), LAMP_F32, in);
+  /* The reduction reads dy as it is: reductions run in fp32 from the stored values. */
+  if (st == LAMP_OK && l->has_bias)
+    st = lamp_sum_rows(exec->device, lamp_tensor_data(l->gbias), lamp_tensor_data(dy), dy->dtype,
+                       rows, out, 1.0f, 1.0f);
+  /* The step is over: the next backward may follow an optimizer step. */
+  l->x_copy.valid = l->w_copy.valid = l->dy_copy.valid = 0;
+  return st;
+}
+
+static void linear_describe(const lamp_layer *layer, char *buf, size_t size) {
+  const linear *l = (const linear *)layer;
+  char name[64];
+  snprintf(buf, size, "%s%s", name_of(l, name, sizeof name), l->has_bias ? "" : " without bias");
+}
+
+static void linear_destroy(lamp_layer *layer) {
+  linear *l = (linear *)layer;
+  lamp_tensor_release(l->weight);
+  lamp_tensor_release(l->bias);
+  lamp_tensor_release(l->gweight);
+  lamp_tensor_release(l->gbias);
+  lamp_tensor_release(l->x_copy.buf);
+  lamp_tensor_release(l->w_copy.buf);
+  lamp_tensor_release(l->dy_copy.buf);
+  free(l);
+}
+
+static const lamp_layer_ops linear_ops = {
+    .type = "Linear",
+    .output_shape = linear_output_shape,
+    .param_count = linear_param_count,
+    .param_decl = linear_param_decl,
+    .bind = linear_bind,
+    .forward = linear_forward,
+    .backward_input = linear_backward_input,
+    .accumulate_grads = linear_accumulate_grads,
+    .describe = linear_describe,
+    .destroy = linear_destroy,
+};
+
+lamp_status lamp_linear_new(lamp_layer **out, int64_t in_features, int64_t out_features, int bias) {
+  *out = NULL;
+  if (in_features <= 0 || out_features <= 0)
+    return lamp_error(LAMP_ERR_INVALID_ARG, "Linear(%lld -> %lld): feature counts must be positive",
+                      (long long)in_features, (long long)out_features);
+  linear *l = calloc(1, sizeof *l);
+  if (l == NULL) return lamp_error(LAMP_ERR_SYSTEM, "Linear: out of memory");
+  l->base.ops = &linear_ops;
+  l->base.refcount = 1;
+  l->in = in_features;
+  l->out = out_features;
+  l->has_bias = bias != 0;
+  *out = &l->base;
+  return LAMP_OK;
+}

@@ -1,0 +1,294 @@
+/*
+** The model: a root layer and the flat slabs its parameters live in.
+**
+** Parameters are packed in declaration order without padding, at the same element offsets
+** in every slab (weights, fp32 masters, fp32 gradients), so the optimizer, the gradient
+** all-reduce and the checkpoint code can each treat a slab as one flat array and still find
+** any parameter by its table entry.
+*/
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend/backend.h"
+#include "base/error.h"
+#include "nn/model.h"
+#include "tensor/dtype.h"
+#include "tensor/rng.h"
+
+/* How parameter i is initialised; kept beside the public table, which does not carry it. */
+typedef struct param_init {
+  lamp_init_kind kind;
+  double bound;
+} param_init;
+
+struct lamp_model {
+  lamp_layer *root;
+  int built;
+  lamp_model_config config;
+  lamp_model_param *params;
+  param_init *inits;
+  size_t n_params;
+  size_t n_bound; /* parameters bound into the layers, unbound again on failure and free */
+  size_t numel;
+  lamp_tensor *weights, *master, *grads;
+  lamp_tensor *y;        /* output buffer, reused across batches */
+  const lamp_tensor *x;  /* borrowed input of the last forward, for backward */
+  lamp_exec exec;        /* of the last forward */
+};
+
+static int is_float(lamp_dtype dtype) {
+  return dtype == LAMP_F32 || dtype == LAMP_F16 || dtype == LAMP_BF16;
+}
+
+lamp_status lamp_model_new(lamp_model **out, lamp_layer *root) {
+  *out = NULL;
+  if (root == NULL) return lamp_error(LAMP_ERR_INVALID_ARG, "model: the root layer is NULL");
+  lamp_model *m = calloc(1, sizeof *m);
+  if (m == NULL) return lamp_error(LAMP_ERR_SYSTEM, "model: out of memory");
+  m->root = lamp_layer_retain(root);
+  *out = m;
+  return LAMP_OK;
+}
+
+/* Hands the layers' views back, so the slabs really go when the model does. */
+static void unbind_all(lamp_model *m) {
+  for (size_t i = 0; i < m->n_bound; i++) m->root->ops->bind(m->root, i, NULL, NULL);
+  m->n_bound = 0;
+}
+
+/* Undoes a build, complete or partial. */
+static void teardown(lamp_model *m) {
+  unbind_all(m);
+  lamp_tensor_release(m->weights);
+  lamp_tensor_release(m->master);
+  lamp_tensor_release(m->grads);
+  m->weights = m->master = m->grads = NULL;
+  free(m->params);
+  free(m->inits);
+  m->params = NULL;
+  m->inits = NULL;
+  m->n_params = m->numel = 0;
+  m->built = 0;
+}
+
+void lamp_model_free(lamp_model *model) {
+  if (model == NULL) return;
+  teardown(model);
+  lamp_tensor_release(model->y);
+  lamp_layer_release(model->root);
+  free(model);
+}
+
+static lamp_status check_config(const lamp_model_config *c) {
+  const lamp_dtype dtypes[3] = {c->weight_dtype, c->compute_dtype, c->activation_dtype};
+  const char *roles[3] = {"weight", "compute", "activation"};
+  for (int i = 0; i < 3; i++)
+    if (!is_float(dtypes[i]))
+      return lamp_error(LAMP_ERR_INVALID_ARG, "model: %s dtype %s is not f32, f16 or bf16", roles[i],
+                        lamp_dtype_name(dtypes[i]));
+  /* Without masters, updates below the 16-bit spacing would be rounded away (see DESIGN). */
+  if (c->weight_dtype != LAMP_F32 && !c->master_weights)
+    return lamp_error(LAMP_ERR_INVALID_USAGE, "model: 16-bit weights (%s) need fp32 master weights",
+                      lamp_dtype_name(c->weight_dtype));
+  return LAMP_OK;
+}
+
+/* Table entry i from the root's declaration i; *offset advances past it. */
+static lamp_status collect_param(lamp_model *m, size_t i, size_t *offset) {
+  lamp_model_param *p = &m->params[i];
+  lamp_param_decl decl;
+  lamp_status st = m->root->ops->param_decl(m->root, i, &decl, p->name, sizeof p->name);
+  if (st != LAMP_OK) return st;
+  if (decl.name != p->name) {
+    if (strlen(decl.name) >= sizeof p->name)
+      return lamp_error(LAMP_ERR_INVALID_ARG, "model: parameter name %s is longer than %zu characters", decl.name,
+                        sizeof p->name - 1);
+    strcpy(p->name, decl.name);
+  }
+  if (decl.ndim < 0 || decl.ndim > LAMP_MAX_DIMS)
+    return lamp_error(LAMP_ERR_INTERNAL, "model: parameter %s has %d dimensions", p->name, decl.ndim);
+  if (!lamp_shape_numel(decl.ndim, decl.shape, &p->count)) return lamp_error_context(LAMP_ERR_INVALID_ARG, "model: parameter %s", p->name);
+  if (p->count > SIZE_MAX / 4 - *offset)
+    return lamp_error(LAMP_ERR_INVALID_ARG, "model: parameters overflow the address space at %s", p->name);
+  p->offset = *offset;
+  p->ndim = decl.ndim;
+  memcpy(p->shape, decl.shape, sizeof p->shape);
+  p->decay = decl.decay;
+  m->inits[i] = (param_init){decl.init, decl.bound};
+  *offset += p->count;
+  return LAMP_OK;
+}
+
+static lamp_status collect_params(lamp_model *m) {
+  size_t n = m->root->ops->param_count(m->root);
+  m->params = calloc(n ? n : 1, sizeof *m->params);
+  m->inits = calloc(n ? n : 1, sizeof *m->inits);
+  if (m->params == NULL || m->inits == NULL) return lamp_error(LAMP_ERR_SYSTEM, "model: out of memory");
+  m->n_params = n;
+  size_t offset = 0;
+  for (size_t i = 0; i < n; i++) {
+    lamp_status st = collect_param(m, i, &offset);
+    if (st != LAMP_OK) return st;
+  }
+  m->numel = offset;
+  return LAMP_OK;
+}
+
+static lamp_status alloc_slabs(lamp_model *m) {
+  const lamp_model_config *c = &m->config;
+  int64_t shape[1] = {(int64_t)m->numel};
+  lamp_status st = lamp_tensor_new(&m->weights, c->weight_dtype, c->device, 1, shape, LAMP_MEM_PARAMS);
+  if (st == LAMP_OK && c->master_weights)
+    st = lamp_tensor_new(&m->master, LAMP_F32, c->device, 1, shape, LAMP_MEM_MASTER);
+  if (st == LAMP_OK) st = lamp_tensor_new(&m->grads, LAMP_F32, c->device, 1, shape, LAMP_MEM_GRADS);
+  return st;
+}
+
+/*
+** Draws every parameter in declaration order from one generator, in double, into the fp32
+** slab the optimizer owns; 16-bit weights are then rounded from it by sync_weights. The same
+** seed thus gives the same fp32 values under every precision policy.
+*/
+static lamp_status init_params(lamp_model *m) {
+  if (m->config.device != LAMP_CPU)
+    return lamp_error(LAMP_ERR_UNSUPPORTED, "model: initialisation on %s is not implemented",
+                      lamp_device_name(m->config.device));
+  lamp_rng rng;
+  lamp_rng_seed(&rng, m->config.seed);
+  float *dst = lamp_model_trainable(m);
+  for (size_t i = 0; i < m->n_params; i++) {
+    float *v = dst + m->params[i].offset;
+    const param_init *init = &m->inits[i];
+    for (size_t k = 0; k < m->params[i].count; k++) {
+      switch (init->kind) {
+      case LAMP_INIT_ZEROS: v[k] = 0.0f; break;
+      case LAMP_INIT_ONES: v[k] = 1.0f; break;
+      case LAMP_INIT_UNIFORM: v[k] = (float)(init->bound * (2.0 * lamp_rng_uniform(&rng) - 1.0)); break;
+      default:
+        return lamp_error(LAMP_ERR_INTERNAL, "model: parameter %s has unknown init kind %d", m->params[i].name,
+                          (int)init->kind);
+      }
+    }
+  }
+  return lamp_model_sync_weights(m);
+}
+
+/* Gives parameter i its weight and gradient views; the layer retains them, we drop ours. */
+static lamp_status bind_param(lamp_model *m, size_t i) {
+  const lamp_model_param *p = &m->params[i];
+  lamp_tensor *w = NULL, *g = NULL;
+  lamp_status st = lamp_tensor_view(&w, m->weights, p->offset, p->ndim, p->shape);
+  if (st == LAMP_OK) st = lamp_tensor_view(&g, m->grads, p->offset, p->ndim, p->shape);
+  if (st == LAMP_OK) st = m->root->ops->bind(m->root, i, w, g);
+  lamp_tensor_release(w);
+  lamp_tensor_release(g);
+  if (st == LAMP_OK) m->n_bound = i + 1;
+  return st;
+}
+
+static lamp_status build_steps(lamp_model *m) {
+  lamp_status st = collect_params(m);
+  if (st == LAMP_OK) st = alloc_slabs(m);
+  if (st == LAMP_OK) st = init_params(m);
+  for (size_t i = 0; st == LAMP_OK && i < m->n_params; i++) st = bind_param(m, i);
+  return st;
+}
+
+lamp_status lamp_model_build(lamp_model *model, const lamp_model_config *config) {
+  if (model->built) return lamp_error(LAMP_ERR_INVALID_USAGE, "model: already built");
+  lamp_status st = check_config(config);
+  if (st != LAMP_OK) return st;
+  model->config = *config;
+  st = build_steps(model);
+  if (st != LAMP_OK) {
+    teardown(model);
+    return st;
+  }
+  model->built = 1;
+  return LAMP_OK;
+}
+
+int lamp_model_is_built(const lamp_model *model) { return model->built; }
+const lamp_model_config *lamp_model_get_config(const lamp_model *model) {
+  return model->built ? &model->config : NULL;
+}
+lamp_layer *lamp_model_root(const lamp_model *model) { return model->root; }
+
+size_t lamp_model_numel(const lamp_model *model) { return model->numel; }
+size_t lamp_model_n_params(const lamp_model *model) { return model->n_params; }
+const lamp_model_param *lamp_model_param_at(const lamp_model *model, size_t i) {
+  return i < model->n_params ? &model->params[i] : NULL;
+}
+
+lamp_tensor *lamp_model_weights(const lamp_model *model) { return model->weights; }
+lamp_tensor *lamp_model_master(const lamp_model *model) { return model->master; }
+lamp_tensor *lamp_model_grads(const lamp_model *model) { return model->grads; }
+
+float *lamp_model_trainable(const lamp_model *model) {
+  if (model->master != NULL) return lamp_tensor_data(model->master);
+  if (model->weights != NULL && model->weights->dtype == LAMP_F32) return lamp_tensor_data(model->weights);
+  return NULL;
+}
+
+static lamp_status require_built(const lamp_model *model, const char *what) {
+  if (model->weights == NULL)
+    return lamp_error(LAMP_ERR_INVALID_USAGE, "model: %s before lamp_model_build", what);
+  return LAMP_OK;
+}
+
+lamp_status lamp_model_sync_weights(lamp_model *model) {
+  lamp_status st = require_built(model, "sync_weights");
+  if (st != LAMP_OK || model->master == NULL) return st;
+  return lamp_convert(model->config.device, lamp_tensor_data(model->weights), model->weights->dtype,
+                      lamp_tensor_data(model->master), LAMP_F32, model->numel);
+}
+
+lamp_status lamp_model_zero_grads(lamp_model *model) {
+  lamp_status st = require_built(model, "zero_grads");
+  if (st != LAMP_OK) return st;
+  return lamp_fill(model->config.device, lamp_tensor_data(model->grads), LAMP_F32, model->numel, 0.0f);
+}
+
+lamp_status lamp_model_forward(lamp_model *model, const lamp_tensor *x, int training, const lamp_tensor **y) {
+  *y = NULL;
+  model->x = NULL;
+  if (!model->built) return lamp_error(LAMP_ERR_INVALID_USAGE, "model: forward before lamp_model_build");
+  if (x->device != model->config.device)
+    return lamp_error(LAMP_ERR_INVALID_ARG, "model: input is on %s, the model on %s", lamp_device_name(x->device),
+                      lamp_device_name(model->config.device));
+  model->exec = (lamp_exec){model->config.device, model->config.compute_dtype, model->config.activation_dtype,
+                            training};
+  lamp_layer *root = model->root;
+  int nd;
+  int64_t shape[LAMP_MAX_DIMS];
+  lamp_status st = root->ops->output_shape(root, x->ndim, x->shape, &nd, shape);
+  if (st == LAMP_OK)
+    st = lamp_tensor_ensure(&model->y, model->exec.activation_dtype, model->exec.device, nd, shape,
+                            LAMP_MEM_ACTIVATIONS);
+  if (st == LAMP_OK) st = root->ops->forward(root, &model->exec, x, model->y);
+  if (st != LAMP_OK) return st;
+  model->x = x;
+  *y = model->y;
+  return LAMP_OK;
+}
+
+static int same_shape(const lamp_tensor *a, const lamp_tensor *b) {
+  if (a->ndim != b->ndim) return 0;
+  for (int i = 0; i < a->ndim; i++)
+    if (a->shape[i] != b->shape[i]) return 0;
+  return 1;
+}
+
+lamp_status lamp_model_backward(lamp_model *model, const lamp_tensor *dy) {
+  if (!model->built) return lamp_error(LAMP_ERR_INVALID_USAGE, "model: backward before lamp_model_build");
+  if (model->x == NULL) return lamp_error(LAMP_ERR_INVALID_USAGE, "model: backward without a successful forward");
+  if (!same_shape(dy, model->y)) {
+    char a[128], b[128];
+    return lamp_error(LAMP_ERR_INVALID_ARG, "model: dy %s does not match the output %s",
+                      lamp_tensor_describe(dy, a, sizeof a), lamp_tensor_describe(model->y, b, sizeof b));
+  }
+  lamp_layer *root = model->root;
+  lamp_status st = root->ops->backward_input(root, &model->exec, model->x, model->y, dy, NULL);
+  if (st != LAMP_OK || root->ops->accumulate_grads == NULL) return st;
+  return root->ops->accumulate_grads(root, &model->exec, model->x, dy);
+}

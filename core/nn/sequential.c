@@ -1,0 +1,274 @@
+/*
+** Sequential: children applied in order. The container owns the activations between its
+** children and the gradients with respect to them (both charged to the ledger as activations
+** and reused across batches), because accumulate_grads, which the model calls after
+** backward_input, must hand each child the same (input, output gradient) pair that
+** backward_input computed.
+*/
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "base/error.h"
+#include "nn/layer.h"
+
+typedef struct sequential {
+  lamp_layer base;
+  size_t n;
+  lamp_layer **children;
+  size_t *first_param; /* [n + 1]: child j owns parameters first_param[j] .. first_param[j+1]-1 */
+  lamp_tensor **acts;  /* [n - 1]: output of child i, the input of child i + 1 */
+  lamp_tensor **grads; /* [n - 1]: dL/d acts[i] */
+} sequential;
+
+static const lamp_tensor *input_of(const sequential *s, size_t i, const lamp_tensor *x) {
+  return i == 0 ? x : s->acts[i - 1];
+}
+
+static const lamp_tensor *output_of(const sequential *s, size_t i, const lamp_tensor *y) {
+  return i + 1 == s->n ? y : s->acts[i];
+}
+
+static lamp_status seq_output_shape(const lamp_layer *layer, int ndim, const int64_t *in, int *out_ndim,
+                                    int64_t *out) {
+  const sequential *s = (const sequential *)layer;
+  /* Two buffers in turn: a child's output_shape need not allow its input and output to alias. */
+  int64_t buf[2][LAMP_MAX_DIMS];
+  const int64_t *cur = in;
+  int nd = ndim;
+  for (size_t i = 0; i < s->n; i++) {
+    lamp_layer *c = s->children[i];
+    int64_t *next = buf[i % 2];
+    lamp_status st = c->ops->output_shape(c, nd, cur, &nd, next);
+    if (st != LAMP_OK) return st;
+    cur = next;
+  }
+  *out_ndim = nd;
+  for (int d = 0; d < nd; d++) out[d] = cur[d];
+  return LAMP_OK;
+}
+
+static size_t seq_param_count(const lamp_layer *layer) {
+  const sequential *s = (const sequential *)layer;
+  return s->first_param[s->n];
+}
+
+/* The child owning parameter i; *local is i's index inside that child. */
+static lamp_status find_param(const sequential *s, size_t i, size_t *child, size_t *local) {
+  for (size_t j = 0; j < s->n; j++) {
+    if (i < s->first_param[j + 1]) {
+      *child = j;
+      *local = i - s->first_param[j];
+      return LAMP_OK;
+    }
+  }
+  return lamp_error(LAMP_ERR_INVALID_ARG, "Sequential: no parameter %zu (it has %zu)", i, s->first_param[s->n]);
+}
+
+/* The child's name gets the 0-based child index as prefix: "2.weight", "0.1.bias". */
+static lamp_status seq_param_decl(const lamp_layer *layer, size_t i, lamp_param_decl *out, char *name_buf,
+                                  size_t name_size) {
+  const sequential *s = (const sequential *)layer;
+  size_t j, local;
+  lamp_status st = find_param(s, i, &j, &local);
+  if (st != LAMP_OK) return st;
+  char child_name[256];
+  lamp_layer *c = s->children[j];
+  st = c->ops->param_decl(c, local, out, child_name, sizeof child_name);
+  if (st != LAMP_OK) return st;
+  int len = snprintf(name_buf, name_size, "%zu.%s", j, out->name);
+  if (len < 0 || (size_t)len >= name_size)
+    return lamp_error(LAMP_ERR_INVALID_ARG, "Sequential: parameter name %zu.%s is longer than %zu characters", j,
+                      out->name, name_size ? name_size - 1 : 0);
+  out->name = name_buf;
+  return LAMP_OK;
+}
+
+static lamp_status seq_bind(lamp_layer *layer, size_t i, lamp_tensor *weight, lamp_tensor *grad) {
+  sequential *s = (sequential *)layer;
+  size_t j, local;
+  lamp_status st = find_param(s, i, &j, &local);
+  if (st != LAMP_OK) return st;
+  return s->children[j]->ops->bind(s->children[j], local, weight, grad);
+}
+
+static lamp_status seq_forward(lamp_layer *layer, const lamp_exec *exec, const lamp_tensor *x, lamp_tensor *y) {
+  sequential *s = (sequential *)layer;
+  const lamp_tensor *in = x;
+  for (size_t i = 0; i < s->n; i++) {
+    lamp_layer *c = s->children[i];
+    lamp_tensor *out = y;
+    if (i + 1 < s->n) {
+      int nd;
+      int64_t shape[LAMP_MAX_DIMS];
+      lamp_status st = c->ops->output_shape(c, in->ndim, in->shape, &nd, shape);
+      if (st == LAMP_OK)
+        st = lamp_tensor_ensure(&s->acts[i], exec->activation_dtype, exec->device, nd, shape, LAMP_MEM_ACTIVATIONS);
+      if (st != LAMP_OK) return st;
+      out = s->acts[i];
+    }
+    lamp_status st = c->ops->forward(c, exec, in, out);
+    if (st != LAMP_OK) return st;
+    in = out;
+  }
+  return LAMP_OK;
+}
+
+/* Walks the children in reverse; dx == NULL reaches the first child, which then does nothing. */
+static lamp_status seq_backward_input(lamp_layer *layer, const lamp_exec *exec, const lamp_tensor *x,
+                                      const lamp_tensor *y, const lamp_tensor *dy, lamp_tensor *dx) {
+  sequential *s = (sequential *)layer;
+  if (s->n > 1 && s->acts[s->n - 2] == NULL)
+    return lamp_error(LAMP_ERR_INVALID_USAGE, "Sequential: backward before forward");
+  const lamp_tensor *dout = dy;
+  for (size_t i = s->n; i-- > 0;) {
+    lamp_layer *c = s->children[i];
+    lamp_tensor *din = dx;
+    if (i > 0) {
+      const lamp_tensor *a = s->acts[i - 1];
+      lamp_status st = lamp_tensor_ensure(&s->grads[i - 1], a->dtype, a->device, a->ndim, a->shape,
+                                          LAMP_MEM_ACTIVATIONS);
+      if (st != LAMP_OK) return st;
+      din = s->grads[i - 1];
+    }
+    lamp_status st = c->ops->backward_input(c, exec, input_of(s, i, x), output_of(s, i, y), dout, din);
+    if (st != LAMP_OK) return st;
+    dout = din;
+  }
+  return LAMP_OK;
+}
+
+/* Last child first: gradients become ready in the order a bucketed all-reduce wants them. */
+static lamp_status seq_accumulate_grads(lamp_layer *layer, const lamp_exec *exec, const lamp_tensor *x,
+                                        const lamp_tensor *dy) {
+  sequential *s = (sequential *)layer;
+  if (s->n > 1 && s->grads[s->n - 2] == NULL)
+    return lamp_error(LAMP_ERR_INVALID_USAGE, "Sequential: accumulate_grads before backward_input");
+  for (size_t i = s->n; i-- > 0;) {
+    lamp_layer *c = s->children[i];
+    if (c->ops->accumulate_grads == NULL) continue;
+    const lamp_tensor *dout = i + 1 == s->n ? dy : s->grads[i];
+    lamp_status st = c->ops->accumulate_grads(c, exec, input_of(s, i, x), dout);
+    if (st != LAMP_OK) return st;
+  }
+  return LAMP_OK;
+}
+
+/* Bounded text building: output past the end is dropped, the buffer stays terminated. */
+typedef struct text {
+  char *buf;
+  size_t size, used;
+} text;
+
+static void text_add(text *t, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void text_add(text *t, const char *fmt, ...) {
+  if (t->used + 1 >= t->size) return;
+  va_list ap;
+  va_start(ap, fmt);
+  int n = vsnprintf(t->buf + t->used, t->size - t->used, fmt, ap);
+  va_end(ap);
+  if (n > 0) t->used += (size_t)n < t->size - t->used ? (size_t)n : t->size - t->used - 1;
+}
+
+/* A child's (possibly multi-line) description, its continuation lines indented one level. */
+static void add_indented(text *t, const char *child) {
+  for (const char *p = child; *p; p++) {
+    if (*p == '\n') text_add(t, "\n  ");
+    else text_add(t, "%c", *p);
+  }
+}
+
+/*
+** Torch7's layout, 1-based like Torch7 (parameter names stay 0-based like PyTorch's):
+**   Sequential {
+**     [input -> (1) -> (2) -> output]
+**     (1): Linear(784 -> 1024)
+**     (2): ReLU
+**   }
+*/
+static void seq_describe(const lamp_layer *layer, char *buf, size_t size) {
+  const sequential *s = (const sequential *)layer;
+  if (size == 0) return;
+  buf[0] = '\0';
+  text t = {buf, size, 0};
+  text_add(&t, "Sequential {\n  [input");
+  for (size_t i = 0; i < s->n; i++) text_add(&t, " -> (%zu)", i + 1);
+  text_add(&t, " -> output]");
+  char *child = malloc(size);
+  for (size_t i = 0; i < s->n; i++) {
+    text_add(&t, "\n  (%zu): ", i + 1);
+    if (child == NULL) {
+      text_add(&t, "%s", s->children[i]->ops->type);
+      continue;
+    }
+    s->children[i]->ops->describe(s->children[i], child, size);
+    add_indented(&t, child);
+  }
+  free(child);
+  text_add(&t, "\n}");
+}
+
+static void release_tensors(lamp_tensor **ts, size_t n) {
+  if (ts == NULL) return;
+  for (size_t i = 0; i < n; i++) lamp_tensor_release(ts[i]);
+  free(ts);
+}
+
+static void seq_destroy(lamp_layer *layer) {
+  sequential *s = (sequential *)layer;
+  for (size_t i = 0; s->children != NULL && i < s->n; i++) lamp_layer_release(s->children[i]);
+  free(s->children);
+  free(s->first_param);
+  release_tensors(s->acts, s->n); /* the last slot is always NULL */
+  release_tensors(s->grads, s->n);
+  free(s);
+}
+
+static const lamp_layer_ops sequential_ops = {
+    .type = "Sequential",
+    .output_shape = seq_output_shape,
+    .param_count = seq_param_count,
+    .param_decl = seq_param_decl,
+    .bind = seq_bind,
+    .forward = seq_forward,
+    .backward_input = seq_backward_input,
+    .accumulate_grads = seq_accumulate_grads,
+    .describe = seq_describe,
+    .destroy = seq_destroy,
+};
+
+static lamp_status check_children(lamp_layer *const *children, size_t n) {
+  if (n == 0 || children == NULL) return lamp_error(LAMP_ERR_INVALID_ARG, "Sequential: needs at least one child");
+  for (size_t i = 0; i < n; i++)
+    if (children[i] == NULL) return lamp_error(LAMP_ERR_INVALID_ARG, "Sequential: child %zu is NULL", i + 1);
+  return LAMP_OK;
+}
+
+lamp_status lamp_sequential_new(lamp_layer **out, lamp_layer *const *children, size_t n) {
+  *out = NULL;
+  lamp_status st = check_children(children, n);
+  if (st != LAMP_OK) return st;
+  sequential *s = calloc(1, sizeof *s);
+  if (s != NULL) {
+    s->n = n;
+    s->children = calloc(n, sizeof *s->children);
+    s->first_param = calloc(n + 1, sizeof *s->first_param);
+    s->acts = calloc(n, sizeof *s->acts); /* n - 1 used; n keeps calloc(0) out of the picture */
+    s->grads = calloc(n, sizeof *s->grads);
+  }
+  if (s == NULL || s->children == NULL || s->first_param == NULL || s->acts == NULL || s->grads == NULL) {
+    if (s != NULL) {
+      s->n = 0; /* nothing retained yet */
+      seq_destroy(&s->base);
+    }
+    return lamp_error(LAMP_ERR_SYSTEM, "Sequential: out of memory");
+  }
+  s->base.ops = &sequential_ops;
+  s->base.refcount = 1;
+  for (size_t i = 0; i < n; i++) {
+    s->children[i] = lamp_layer_retain(children[i]);
+    s->first_param[i + 1] = s->first_param[i] + children[i]->ops->param_count(children[i]);
+  }
+  *out = &s->base;
+  return LAMP_OK;
+}
