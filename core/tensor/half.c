@@ -1,0 +1,244 @@
+/*
+** fp16 / bf16 conversions.
+**
+** The scalar forms are pure integer manipulation of the IEEE bit patterns: they do not depend
+** on the floating-point environment (rounding mode, FTZ/DAZ) and give the same answer on every
+** machine. They are the reference the F16C bulk path must match bit for bit (test_half.c
+** checks that on every fp16 pattern and every fp32 pattern).
+**
+** Layouts:   f32  s eeeeeeee mmmmmmmmmmmmmmmmmmmmmmm   (bias 127)
+**            f16  s eeeee mmmmmmmmmm                     (bias 15)
+**            bf16 s eeeeeeee mmmmmmm                     (the top half of an f32)
+*/
+#include "tensor/half.h"
+
+#include <string.h>
+
+#if defined(__x86_64__) || defined(__i386__)
+#include <cpuid.h>
+#include <immintrin.h>
+#define LAMP_HAVE_X86 1
+#endif
+
+static inline uint32_t float_bits(float x) {
+  uint32_t u;
+  memcpy(&u, &x, sizeof u);
+  return u;
+}
+
+static inline float bits_float(uint32_t u) {
+  float x;
+  memcpy(&x, &u, sizeof x);
+  return x;
+}
+
+#define F32_ABS_MASK 0x7fffffffu
+#define F32_INF 0x7f800000u
+#define F16_INF 0x7c00u
+#define F16_QUIET_NAN 0x7e00u /* exponent all ones plus the quiet bit */
+#define BF16_QUIET_BIT 0x0040u
+
+/* |x| at or above this is 65520 = (65504 + 65536) / 2: rounds to inf (ties go to the even inf). */
+#define F16_OVERFLOW_F32 0x477ff000u
+/* 2^-14, the smallest normal f16. */
+#define F16_MIN_NORMAL_F32 0x38800000u
+/* 2^-25, half the smallest subnormal f16: at or below it rounds to zero (the tie goes to even 0). */
+#define F16_HALF_MIN_SUBNORMAL_F32 0x33000000u
+/* (127 - 15) << 23: moves an f32 exponent to the f16 bias. */
+#define F16_REBIAS 0x38000000u
+
+/* Shifts `value` right by `shift` (1..31), rounding to nearest, ties to even. */
+static inline uint32_t shift_right_round_even(uint32_t value, unsigned shift) {
+  uint32_t half = 1u << (shift - 1);
+  uint32_t rest = value & ((half << 1) - 1);
+  uint32_t kept = value >> shift;
+  if (rest > half || (rest == half && (kept & 1u))) kept++;
+  return kept;
+}
+
+/* An f32 magnitude in [2^-14, 65520) to f16: drop 13 mantissa bits; a carry out of the mantissa
+   correctly bumps the exponent (up to 0x7bff at most, by the range). */
+static inline uint16_t f16_from_normal(uint32_t abs_bits) {
+  return (uint16_t)shift_right_round_even(abs_bits - F16_REBIAS, 13);
+}
+
+/* An f32 magnitude in (2^-25, 2^-14) to a subnormal f16 (units of 2^-24): the value is
+   mantissa * 2^(exponent - 150), so the f16 count is mantissa >> (126 - exponent). Rounding up
+   from the largest subnormal yields 0x400, which is exactly the smallest normal. */
+static inline uint16_t f16_from_subnormal(uint32_t abs_bits) {
+  uint32_t exponent = abs_bits >> 23;
+  uint32_t mantissa = (abs_bits & 0x7fffffu) | 0x800000u;
+  return (uint16_t)shift_right_round_even(mantissa, 126u - exponent);
+}
+
+uint16_t lamp_f32_to_f16(float x) {
+  uint32_t bits = float_bits(x);
+  uint16_t sign = (uint16_t)((bits >> 16) & 0x8000u);
+  uint32_t a = bits & F32_ABS_MASK;
+  /* NaN: keep the top 10 payload bits and set the quiet bit, as F16C does. */
+  if (a > F32_INF) return (uint16_t)(sign | F16_QUIET_NAN | ((a >> 13) & 0x3ffu));
+  if (a >= F16_OVERFLOW_F32) return (uint16_t)(sign | F16_INF);
+  if (a >= F16_MIN_NORMAL_F32) return (uint16_t)(sign | f16_from_normal(a));
+  if (a <= F16_HALF_MIN_SUBNORMAL_F32) return sign;
+  return (uint16_t)(sign | f16_from_subnormal(a));
+}
+
+/* A nonzero subnormal f16 mantissa m (value m * 2^-24) as f32 bits: normalise so the leading
+   one becomes the implicit bit. With the top set bit at position p, the value is
+   1.f * 2^(p - 24), whose biased f32 exponent is p + 103. */
+static inline uint32_t f32_from_f16_subnormal(uint32_t mantissa) {
+  uint32_t top = 31u - (uint32_t)__builtin_clz(mantissa);
+  uint32_t fraction = (mantissa << (23u - top)) & 0x7fffffu;
+  return ((top + 103u) << 23) | fraction;
+}
+
+float lamp_f16_to_f32(uint16_t h) {
+  uint32_t sign = (uint32_t)(h & 0x8000u) << 16;
+  uint32_t exponent = (h >> 10) & 0x1fu;
+  uint32_t mantissa = h & 0x3ffu;
+  if (exponent == 0x1fu) {
+    /* inf stays inf; a NaN comes out quiet with its payload, as F16C's vcvtph2ps gives. */
+    uint32_t quiet = mantissa ? 0x400000u : 0u;
+    return bits_float(sign | F32_INF | quiet | (mantissa << 13));
+  }
+  if (exponent != 0) return bits_float(sign | ((exponent + 112u) << 23) | (mantissa << 13));
+  if (mantissa == 0) return bits_float(sign);
+  return bits_float(sign | f32_from_f16_subnormal(mantissa));
+}
+
+/* Round the low 16 bits away to nearest even (a carry into the exponent gives the next binade
+   or inf, both correct), except NaN, which is truncated and made quiet so that a payload in
+   the low bits cannot turn it into inf. Branch-free, on masks, with signed compares and an
+   arithmetic final shift (the result fits int16, so SSE2's signed pack narrows it): this is
+   what lets the bulk loop vectorise without SSE4.1's unsigned compares and packs. */
+static inline uint16_t bf16_from_bits(uint32_t bits) {
+  uint32_t nan_mask = (int32_t)(bits & F32_ABS_MASK) > (int32_t)F32_INF ? 0xffffffffu : 0u;
+  uint32_t round_up = (0x7fffu + ((bits >> 16) & 1u)) & ~nan_mask;
+  uint32_t quieted = bits | ((BF16_QUIET_BIT << 16) & nan_mask);
+  /* Whether >> on a negative int32 is arithmetic or logical, the low 16 bits are the same. */
+  return (uint16_t)((int32_t)(quieted + round_up) >> 16);
+}
+
+uint16_t lamp_f32_to_bf16(float x) { return bf16_from_bits(float_bits(x)); }
+
+float lamp_bf16_to_f32(uint16_t h) { return bits_float((uint32_t)h << 16); }
+
+/* ---- bulk forms -------------------------------------------------------------------------- */
+
+#ifdef LAMP_HAVE_X86
+/* The F16C paths: 8 lanes per instruction, the scalar code for the tail (they agree bit for
+   bit). Compiled for F16C/AVX only here, chosen at run time, so the build needs no -march. */
+__attribute__((target("f16c,avx"))) static void f32_to_f16_f16c(uint16_t *dst, const float *src,
+                                                                size_t n) {
+  size_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    __m128i h = _mm256_cvtps_ph(_mm256_loadu_ps(src + i), _MM_FROUND_TO_NEAREST_INT);
+    _mm_storeu_si128((__m128i *)(void *)(dst + i), h);
+  }
+  for (; i < n; i++) dst[i] = lamp_f32_to_f16(src[i]);
+}
+
+__attribute__((target("f16c,avx"))) static void f16_to_f32_f16c(float *dst, const uint16_t *src,
+                                                                size_t n) {
+  size_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    __m128i h = _mm_loadu_si128((const __m128i *)(const void *)(src + i));
+    _mm256_storeu_ps(dst + i, _mm256_cvtph_ps(h));
+  }
+  for (; i < n; i++) dst[i] = lamp_f16_to_f32(src[i]);
+}
+
+#if defined(__clang__)
+/* clang (14 at least) does not know the "f16c" feature name: ask CPUID directly, and XGETBV
+   whether the OS saves the XMM and YMM registers (which F16C's 256-bit forms use). */
+static int have_f16c(void) {
+  unsigned eax, ebx, ecx, edx, xcr0_lo, xcr0_hi;
+  if (!__get_cpuid(1, &eax, &ebx, &ecx, &edx)) return 0;
+  if (!(ecx & bit_F16C) || !(ecx & bit_AVX) || !(ecx & bit_OSXSAVE)) return 0;
+  __asm__ volatile("xgetbv" : "=a"(xcr0_lo), "=d"(xcr0_hi) : "c"(0));
+  (void)xcr0_hi;
+  return (xcr0_lo & 6u) == 6u;
+}
+#else
+/* libgcc reports f16c only where the OS saves the AVX registers; asking for both is cheap. */
+static int have_f16c(void) { return __builtin_cpu_supports("f16c") && __builtin_cpu_supports("avx"); }
+#endif
+#endif
+
+void lamp_f32_to_f16_n(uint16_t *dst, const float *src, size_t n) {
+#ifdef LAMP_HAVE_X86
+  if (have_f16c()) {
+    f32_to_f16_f16c(dst, src, n);
+    return;
+  }
+#endif
+  for (size_t i = 0; i < n; i++) dst[i] = lamp_f32_to_f16(src[i]);
+}
+
+void lamp_f16_to_f32_n(float *dst, const uint16_t *src, size_t n) {
+#ifdef LAMP_HAVE_X86
+  if (have_f16c()) {
+    f16_to_f32_f16c(dst, src, n);
+    return;
+  }
+#endif
+  for (size_t i = 0; i < n; i++) dst[i] = lamp_f16_to_f32(src[i]);
+}
+
+/* The bf16 loops run in blocks of a fixed 16 elements: at -O2 GCC's "very cheap" vectoriser
+   only takes loops whose trip count it knows, and the block is such a loop. Each block is read
+   whole before it is written, so the compiler needs no proof that dst and src are apart. The
+   same loop is also compiled for AVX2 (twice the width), chosen at run time like F16C. */
+#define BF16_BLOCK 16
+
+static inline __attribute__((always_inline)) void f32_to_bf16_loop(uint16_t *dst, const float *src,
+                                                                   size_t n) {
+  size_t i = 0;
+  for (; i + BF16_BLOCK <= n; i += BF16_BLOCK) {
+    uint16_t out[BF16_BLOCK];
+    for (size_t j = 0; j < BF16_BLOCK; j++) out[j] = bf16_from_bits(float_bits(src[i + j]));
+    memcpy(dst + i, out, sizeof out);
+  }
+  for (; i < n; i++) dst[i] = bf16_from_bits(float_bits(src[i]));
+}
+
+static inline __attribute__((always_inline)) void bf16_to_f32_loop(float *dst, const uint16_t *src,
+                                                                   size_t n) {
+  size_t i = 0;
+  for (; i + BF16_BLOCK <= n; i += BF16_BLOCK) {
+    uint32_t out[BF16_BLOCK];
+    for (size_t j = 0; j < BF16_BLOCK; j++) out[j] = (uint32_t)src[i + j] << 16;
+    memcpy(dst + i, out, sizeof out);
+  }
+  for (; i < n; i++) dst[i] = bits_float((uint32_t)src[i] << 16);
+}
+
+#ifdef LAMP_HAVE_X86
+__attribute__((target("avx2"))) static void f32_to_bf16_avx2(uint16_t *dst, const float *src, size_t n) {
+  f32_to_bf16_loop(dst, src, n);
+}
+
+__attribute__((target("avx2"))) static void bf16_to_f32_avx2(float *dst, const uint16_t *src, size_t n) {
+  bf16_to_f32_loop(dst, src, n);
+}
+#endif
+
+void lamp_f32_to_bf16_n(uint16_t *dst, const float *src, size_t n) {
+#ifdef LAMP_HAVE_X86
+  if (__builtin_cpu_supports("avx2")) {
+    f32_to_bf16_avx2(dst, src, n);
+    return;
+  }
+#endif
+  f32_to_bf16_loop(dst, src, n);
+}
+
+void lamp_bf16_to_f32_n(float *dst, const uint16_t *src, size_t n) {
+#ifdef LAMP_HAVE_X86
+  if (__builtin_cpu_supports("avx2")) {
+    bf16_to_f32_avx2(dst, src, n);
+    return;
+  }
+#endif
+  bf16_to_f32_loop(dst, src, n);
+}
