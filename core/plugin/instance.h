@@ -43,6 +43,13 @@ lamp_status lamp_precision_policy_get(lamp_precision *p, lamp_precision_policy *
 double lamp_precision_loss_scale(lamp_precision *p);
 lamp_status lamp_precision_update(lamp_precision *p, int found_inf, int *skip_step);
 lamp_status lamp_precision_stats(lamp_precision *p, lamp_scaler_stats *out);
+/*
+** Scaler state for checkpoints. With buf NULL, *size receives the bytes needed (0 for a
+** stateless plugin, whose save_state is absent). Loading 0 bytes into a stateless plugin is
+** fine; loading more is "fp32: has no scaler state, the checkpoint holds 24 bytes".
+*/
+lamp_status lamp_precision_save_state(lamp_precision *p, void *buf, size_t *size);
+lamp_status lamp_precision_load_state(lamp_precision *p, const void *buf, size_t size);
 
 /* Comm. */
 int lamp_comm_rank(lamp_comm *c);
@@ -50,11 +57,23 @@ int lamp_comm_size(lamp_comm *c);
 lamp_status lamp_comm_all_reduce(lamp_comm *c, void *buf, size_t count, lamp_dtype dtype, lamp_reduce_op op, lamp_device device);
 lamp_status lamp_comm_broadcast(lamp_comm *c, void *buf, size_t count, lamp_dtype dtype, int root, lamp_device device);
 lamp_status lamp_comm_barrier(lamp_comm *c);
+/*
+** Optional operations. lamp_comm_supports names one ("all_reduce_start", which implies wait;
+** "all_gather"; "reduce_scatter"); calling one the plugin lacks is LAMP_ERR_UNSUPPORTED,
+** "single: all_gather is not supported by this communicator".
+*/
+int lamp_comm_supports(const lamp_comm *c, const char *op);
+lamp_status lamp_comm_all_reduce_start(lamp_comm *c, void *buf, size_t count, lamp_dtype dtype, lamp_reduce_op op, lamp_device device, lamp_request **req);
+lamp_status lamp_comm_wait(lamp_comm *c, lamp_request *req);
+lamp_status lamp_comm_all_gather(lamp_comm *c, const void *sendbuf, void *recvbuf, size_t count, lamp_dtype dtype, lamp_device device);
+lamp_status lamp_comm_reduce_scatter(lamp_comm *c, const void *sendbuf, void *recvbuf, size_t count, lamp_dtype dtype, lamp_reduce_op op, lamp_device device);
 
-/* Optim. hparam lookup by name (for "lr"): returns 0 and sets *value when declared. */
+/* Optim. hparam lookup by name (for "lr"): returns 0 and sets *value when declared, -1 when
+   the plugin declares no such parameter. */
 int lamp_optim_hparam(const lamp_optim *o, const char *name, double *value);
 lamp_status lamp_optim_slots(lamp_optim *o, lamp_optim_slot *out, uint32_t max, uint32_t *n);
-/* Fills step->hparams and struct_size itself. */
-lamp_status lamp_optim_step(lamp_optim *o, lamp_optim_step *step);
+/* Fills step->hparams and struct_size itself, and checks that the segments cover [0, n) in
+   order and that params and grads are given ("sgd: step segment 1 starts at 50, expected 40"). */
+lamp_status lamp_optim_apply(lamp_optim *o, lamp_optim_step *step);
 
 #endif

@@ -6,7 +6,10 @@
 **      folder ("precision", "comm", "optim"); e.g. "/opt/lamp/!/?.so;./?.so";
 **   2. the build/install plugin directory: <LAMP_PLUGIN_DIR>/<kind>/N.so;
 **   3. a bare dlopen("lamp-<kind>-N.so"), so LD_LIBRARY_PATH still works.
-** Loaded plugins are cached by real path and never unloaded during the run.
+** An empty element of LAMP_PLUGIN_PATH (";;") stands for step 2, which then is not repeated.
+** A plugin file, or the directory it is in, that others may write is refused (checked before
+** dlopen, which already runs the file's code). Loaded plugins are cached by real path and
+** never unloaded during the run.
 */
 #ifndef LAMP_PLUGIN_LOADER_H
 #define LAMP_PLUGIN_LOADER_H
@@ -59,5 +62,70 @@ lamp_status lamp_plugin_list(lamp_plugin_listing **items, size_t *n);
 
 /* The host table handed to every plugin. */
 const lamp_host *lamp_host_get(void);
+
+/* Sets or clears the flag plugins poll through host->abort_flag (Ctrl-C, a failed rank). */
+void lamp_host_set_abort(int on);
+
+/*
+** ---- Internal to core/plugin (host.c, search.c, loader.c, discover.c, instance.c) ----------
+*/
+
+/* Per-object error storage: one lamp_ctx per plugin object, passed to its create(). */
+lamp_ctx *lamp_ctx_new(void);          /* NULL (with lamp_last_error) when out of memory */
+void lamp_ctx_free(lamp_ctx *ctx);     /* NULL is a no-op */
+void lamp_ctx_clear(lamp_ctx *ctx);    /* forget the previous message before a call */
+const char *lamp_ctx_message(const lamp_ctx *ctx); /* "" when the plugin set none */
+
+/* The message a plugin left with set_error(NULL, ...) in its entry or probe, this thread. */
+void lamp_host_load_message_clear(void);
+const char *lamp_host_load_message(void);
+
+/*
+** Search (search.c). The effective search path is LAMP_PLUGIN_PATH with each empty element
+** (as in "a;;b") replaced by the default template "<lamp_plugin_dir()>/!/?.so", which is
+** appended when no empty element put it in. Malloc'ed; NULL (with lamp_last_error) when out
+** of memory.
+*/
+char *lamp_plugin_search_path(void);
+
+/* Copies the next ';'-separated template at *cursor into out and advances; 0 at the end.
+   Templates longer than size are skipped. */
+int lamp_plugin_next_template(const char **cursor, char *out, size_t size);
+
+/* Replaces '?' with name and '!' with the kind folder; 0 when the result does not fit. */
+int lamp_plugin_expand(const char *template_, lamp_kind kind, const char *name, char *out,
+                       size_t size);
+
+/*
+** Finds the file for name of kind: the first readable candidate goes to `path` and 1 is
+** returned. With none readable, returns 0; `tried` then lists every candidate, each on its own
+** line indented by two spaces, and `path` holds the bare soname left to try with dlopen's own
+** search ("lamp-comm-single.so"), or "" for a name containing '/' (the name is the only
+** candidate). Returns -1 (with lamp_last_error) when out of memory.
+*/
+int lamp_plugin_search(lamp_kind kind, const char *name, char *path, size_t path_size,
+                       char *tried, size_t tried_size);
+
+/* "<path>: refusing a plugin ..." unless neither the file nor its directory is writable by
+   others (S_IWOTH, sticky or not). LAMP_OK or LAMP_ERR_INVALID_USAGE. */
+lamp_status lamp_plugin_check_permissions(const char *path);
+
+/* The loader's lock (not recursive): held around every use of the calls below. */
+void lamp_plugin_lock(void);
+void lamp_plugin_unlock(void);
+
+/* A readable file: from the cache, or checked, opened and validated (expected 0: any kind).
+   Logs nothing. */
+lamp_status lamp_plugin_load_file(const char *path, lamp_kind expected,
+                                  const lamp_plugin_handle **out);
+
+/* Logs the handle's info line unless it was logged before. */
+void lamp_plugin_announce(const lamp_plugin_handle *h);
+
+/* Argument checks shared by the public calls: "empty comm plugin name" and so on. */
+lamp_status lamp_plugin_check_request(lamp_kind kind, const char *name, const void *out);
+
+/* Size of the prefix of a family table holding every member ABI 1.<minor> requires. */
+size_t lamp_plugin_required_size(lamp_kind kind, unsigned minor);
 
 #endif

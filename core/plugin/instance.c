@@ -1,0 +1,404 @@
+/*
+** Plugin objects: each open loads the plugin, resolves its options, gives it a lamp_ctx for
+** its error messages and calls its create. Every wrapper clears that message before calling
+** into the plugin and turns a failure into lamp_error("<plugin>: <message>").
+*/
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/error.h"
+#include "plugin/instance.h"
+
+/*
+** {======================================================
+** What every plugin object shares
+** =======================================================
+*/
+
+typedef struct instance {
+  const lamp_plugin_handle *handle;
+  lamp_ctx *ctx;
+  double *params; /* resolved, hdr.n_params values */
+  void *state;    /* the plugin's object */
+} instance;
+
+struct lamp_precision {
+  instance in;
+  const lamp_precision_v1 *t;
+};
+
+struct lamp_comm {
+  instance in;
+  const lamp_comm_v1 *t;
+};
+
+struct lamp_optim {
+  instance in;
+  const lamp_optim_v1 *t;
+};
+
+/* A member the plugin provides: NULL when it is NULL or lies past the plugin's struct_size. */
+#define OPTIONAL(table, type, m)                                                                   \
+  (offsetof(type, m) + sizeof((table)->m) <= (table)->hdr.struct_size ? (table)->m : NULL)
+
+static const char *name_of(const instance *in) { return in->handle->desc->name; }
+
+static int status_known(lamp_status st) {
+  return (int)st >= LAMP_OK && (int)st <= LAMP_ERR_NUMERIC;
+}
+
+/* A plugin call returned st: "<plugin>: <its message>". */
+static lamp_status finish(const instance *in, const char *what, lamp_status st) {
+  if (st == LAMP_OK) return LAMP_OK;
+  const char *msg = lamp_ctx_message(in->ctx);
+  if (!status_known(st))
+    return lamp_error(LAMP_ERR_INTERNAL, "%s: %s returned unknown status %d%s%s", name_of(in), what,
+                      (int)st, msg[0] ? ": " : "", msg);
+  if (msg[0] != '\0') return lamp_error(st, "%s: %s", name_of(in), msg);
+  return lamp_error(st, "%s: %s failed (%s) without a message", name_of(in), what,
+                    lamp_status_name(st));
+}
+
+#define PLUGIN_CALL(in, what, call) (lamp_ctx_clear((in)->ctx), finish((in), (what), (call)))
+
+static lamp_status unsupported(const instance *in, const char *what) {
+  return lamp_error(LAMP_ERR_UNSUPPORTED, "%s: %s is not supported by this %s plugin", name_of(in),
+                    what, lamp_kind_name(in->handle->kind));
+}
+
+static lamp_status find_plugin(lamp_kind kind, const char *name, const lamp_plugin_handle **out) {
+  if (name == NULL)
+    return lamp_error(LAMP_ERR_INVALID_ARG, "NULL %s plugin name", lamp_kind_name(kind));
+  if (kind == LAMP_KIND_COMM && strcmp(name, "auto") == 0)
+    return lamp_plugin_select_auto(kind, out);
+  return lamp_plugin_load(kind, name, out);
+}
+
+static lamp_status resolve_params(instance *in, const lamp_option *opts, size_t n_opts) {
+  const lamp_plugin *desc = in->handle->desc;
+  in->params = calloc(desc->n_params > 0 ? desc->n_params : 1, sizeof *in->params);
+  if (in->params == NULL)
+    return lamp_error(LAMP_ERR_SYSTEM, "%s: out of memory for its options", desc->name);
+  return lamp_params_resolve(desc, opts, n_opts, in->params);
+}
+
+typedef lamp_status (*create_fn)(const lamp_host *host, lamp_ctx *ctx, const double *params,
+                                 void **state);
+
+/* Every family table has create right after its header, each under its own type. */
+static create_fn create_of(const lamp_plugin_handle *h) {
+  switch (h->kind) {
+  case LAMP_KIND_PRECISION: return ((const lamp_precision_v1 *)h->desc)->create;
+  case LAMP_KIND_COMM: return ((const lamp_comm_v1 *)h->desc)->create;
+  case LAMP_KIND_OPTIM: return ((const lamp_optim_v1 *)h->desc)->create;
+  }
+  return NULL;
+}
+
+static void instance_end(instance *in) {
+  lamp_ctx_free(in->ctx);
+  free(in->params);
+}
+
+/* Load, options, context, create; on failure nothing is left allocated. */
+static lamp_status instance_open(instance *in, lamp_kind kind, const char *name,
+                                 const lamp_option *opts, size_t n_opts) {
+  memset(in, 0, sizeof *in);
+  lamp_status st = find_plugin(kind, name, &in->handle);
+  if (st == LAMP_OK) st = resolve_params(in, opts, n_opts);
+  if (st == LAMP_OK && (in->ctx = lamp_ctx_new()) == NULL) st = LAMP_ERR_SYSTEM;
+  if (st == LAMP_OK)
+    st = PLUGIN_CALL(in, "create",
+                     create_of(in->handle)(lamp_host_get(), in->ctx, in->params, &in->state));
+  if (st != LAMP_OK) instance_end(in);
+  return st;
+}
+
+static lamp_status null_output(lamp_kind kind) {
+  return lamp_error(LAMP_ERR_INVALID_ARG, "opening a %s plugin: NULL output", lamp_kind_name(kind));
+}
+
+/* Allocates a wrapper whose first member is its instance, and opens it. */
+static lamp_status wrapper_open(void **out, size_t size, lamp_kind kind, const char *name,
+                                const lamp_option *opts, size_t n_opts) {
+  *out = NULL;
+  instance *w = calloc(1, size);
+  if (w == NULL)
+    return lamp_error(LAMP_ERR_SYSTEM, "out of memory opening a %s plugin", lamp_kind_name(kind));
+  lamp_status st = instance_open(w, kind, name, opts, n_opts);
+  if (st != LAMP_OK) {
+    free(w);
+    return st;
+  }
+  *out = w;
+  return LAMP_OK;
+}
+
+/* }====================================================== */
+
+/*
+** {======================================================
+** Precision
+** =======================================================
+*/
+
+lamp_status lamp_precision_open(lamp_precision **out, const char *name_or_path,
+                                const lamp_option *opts, size_t n_opts) {
+  if (out == NULL) return null_output(LAMP_KIND_PRECISION);
+  *out = NULL;
+  void *w = NULL;
+  lamp_status st =
+      wrapper_open(&w, sizeof(lamp_precision), LAMP_KIND_PRECISION, name_or_path, opts, n_opts);
+  if (st != LAMP_OK) return st;
+  lamp_precision *p = w;
+  p->t = (const lamp_precision_v1 *)p->in.handle->desc;
+  *out = p;
+  return LAMP_OK;
+}
+
+void lamp_precision_close(lamp_precision *p) {
+  if (p == NULL) return;
+  p->t->destroy(p->in.state);
+  instance_end(&p->in);
+  free(p);
+}
+
+const lamp_plugin_handle *lamp_precision_handle(const lamp_precision *p) {
+  return p != NULL ? p->in.handle : NULL;
+}
+
+static int float_dtype(uint32_t d) { return d == LAMP_F32 || d == LAMP_F16 || d == LAMP_BF16; }
+
+static lamp_status check_policy(const lamp_precision *p, const lamp_precision_policy *pol) {
+  const struct {
+    const char *name;
+    uint32_t dtype;
+  } fields[] = {{"weight_dtype", pol->weight_dtype},
+                {"compute_dtype", pol->compute_dtype},
+                {"activation_dtype", pol->activation_dtype},
+                {"grad_dtype", pol->grad_dtype},
+                {"accum_dtype", pol->accum_dtype}};
+  for (size_t i = 0; i < sizeof fields / sizeof fields[0]; i++)
+    if (!float_dtype(fields[i].dtype))
+      return lamp_error(LAMP_ERR_INTERNAL, "%s: policy %s %u is not a floating-point dtype",
+                        name_of(&p->in), fields[i].name, (unsigned)fields[i].dtype);
+  return LAMP_OK;
+}
+
+lamp_status lamp_precision_policy_get(lamp_precision *p, lamp_precision_policy *out) {
+  memset(out, 0, sizeof *out);
+  out->struct_size = sizeof *out;
+  lamp_status st = PLUGIN_CALL(&p->in, "policy", p->t->policy(p->in.state, out));
+  out->struct_size = sizeof *out;
+  return st == LAMP_OK ? check_policy(p, out) : st;
+}
+
+double lamp_precision_loss_scale(lamp_precision *p) { return p->t->loss_scale(p->in.state); }
+
+lamp_status lamp_precision_update(lamp_precision *p, int found_inf, int *skip_step) {
+  *skip_step = 0;
+  return PLUGIN_CALL(&p->in, "update", p->t->update(p->in.state, found_inf, skip_step));
+}
+
+lamp_status lamp_precision_stats(lamp_precision *p, lamp_scaler_stats *out) {
+  memset(out, 0, sizeof *out);
+  out->struct_size = sizeof *out;
+  lamp_status st = PLUGIN_CALL(&p->in, "stats", p->t->stats(p->in.state, out));
+  out->struct_size = sizeof *out;
+  return st;
+}
+
+lamp_status lamp_precision_save_state(lamp_precision *p, void *buf, size_t *size) {
+  lamp_status (*save)(void *, void *, size_t *) = OPTIONAL(p->t, lamp_precision_v1, save_state);
+  if (save == NULL) {
+    *size = 0;
+    return LAMP_OK;
+  }
+  return PLUGIN_CALL(&p->in, "save_state", save(p->in.state, buf, size));
+}
+
+lamp_status lamp_precision_load_state(lamp_precision *p, const void *buf, size_t size) {
+  lamp_status (*load)(void *, const void *, size_t) = OPTIONAL(p->t, lamp_precision_v1, load_state);
+  if (load != NULL) return PLUGIN_CALL(&p->in, "load_state", load(p->in.state, buf, size));
+  if (size == 0) return LAMP_OK;
+  return lamp_error(LAMP_ERR_INVALID_USAGE,
+                    "%s: has no scaler state, the checkpoint holds %zu bytes", name_of(&p->in),
+                    size);
+}
+
+/* }====================================================== */
+
+/*
+** {======================================================
+** Comm
+** =======================================================
+*/
+
+lamp_status lamp_comm_open(lamp_comm **out, const char *name_or_path, const lamp_option *opts,
+                           size_t n_opts) {
+  if (out == NULL) return null_output(LAMP_KIND_COMM);
+  *out = NULL;
+  void *w = NULL;
+  lamp_status st = wrapper_open(&w, sizeof(lamp_comm), LAMP_KIND_COMM, name_or_path, opts, n_opts);
+  if (st != LAMP_OK) return st;
+  lamp_comm *c = w;
+  c->t = (const lamp_comm_v1 *)c->in.handle->desc;
+  *out = c;
+  return LAMP_OK;
+}
+
+void lamp_comm_close(lamp_comm *c) {
+  if (c == NULL) return;
+  c->t->destroy(c->in.state);
+  instance_end(&c->in);
+  free(c);
+}
+
+const lamp_plugin_handle *lamp_comm_handle(const lamp_comm *c) {
+  return c != NULL ? c->in.handle : NULL;
+}
+
+int lamp_comm_rank(lamp_comm *c) { return c->t->rank(c->in.state); }
+
+int lamp_comm_size(lamp_comm *c) { return c->t->size(c->in.state); }
+
+lamp_status lamp_comm_all_reduce(lamp_comm *c, void *buf, size_t count, lamp_dtype dtype,
+                                 lamp_reduce_op op, lamp_device device) {
+  return PLUGIN_CALL(&c->in, "all_reduce",
+                     c->t->all_reduce(c->in.state, buf, count, dtype, op, device));
+}
+
+lamp_status lamp_comm_broadcast(lamp_comm *c, void *buf, size_t count, lamp_dtype dtype, int root,
+                                lamp_device device) {
+  return PLUGIN_CALL(&c->in, "broadcast",
+                     c->t->broadcast(c->in.state, buf, count, dtype, root, device));
+}
+
+lamp_status lamp_comm_barrier(lamp_comm *c) {
+  return PLUGIN_CALL(&c->in, "barrier", c->t->barrier(c->in.state));
+}
+
+int lamp_comm_supports(const lamp_comm *c, const char *op) {
+  if (c == NULL || op == NULL) return 0;
+  if (strcmp(op, "all_reduce_start") == 0)
+    return OPTIONAL(c->t, lamp_comm_v1, all_reduce_start) != NULL &&
+           OPTIONAL(c->t, lamp_comm_v1, wait) != NULL;
+  if (strcmp(op, "all_gather") == 0) return OPTIONAL(c->t, lamp_comm_v1, all_gather) != NULL;
+  if (strcmp(op, "reduce_scatter") == 0)
+    return OPTIONAL(c->t, lamp_comm_v1, reduce_scatter) != NULL;
+  return 0;
+}
+
+lamp_status lamp_comm_all_reduce_start(lamp_comm *c, void *buf, size_t count, lamp_dtype dtype,
+                                       lamp_reduce_op op, lamp_device device, lamp_request **req) {
+  if (!lamp_comm_supports(c, "all_reduce_start")) return unsupported(&c->in, "all_reduce_start");
+  return PLUGIN_CALL(&c->in, "all_reduce_start",
+                     c->t->all_reduce_start(c->in.state, buf, count, dtype, op, device, req));
+}
+
+lamp_status lamp_comm_wait(lamp_comm *c, lamp_request *req) {
+  if (!lamp_comm_supports(c, "all_reduce_start")) return unsupported(&c->in, "wait");
+  return PLUGIN_CALL(&c->in, "wait", c->t->wait(c->in.state, req));
+}
+
+lamp_status lamp_comm_all_gather(lamp_comm *c, const void *sendbuf, void *recvbuf, size_t count,
+                                 lamp_dtype dtype, lamp_device device) {
+  if (!lamp_comm_supports(c, "all_gather")) return unsupported(&c->in, "all_gather");
+  return PLUGIN_CALL(&c->in, "all_gather",
+                     c->t->all_gather(c->in.state, sendbuf, recvbuf, count, dtype, device));
+}
+
+lamp_status lamp_comm_reduce_scatter(lamp_comm *c, const void *sendbuf, void *recvbuf, size_t count,
+                                     lamp_dtype dtype, lamp_reduce_op op, lamp_device device) {
+  if (!lamp_comm_supports(c, "reduce_scatter")) return unsupported(&c->in, "reduce_scatter");
+  return PLUGIN_CALL(&c->in, "reduce_scatter",
+                     c->t->reduce_scatter(c->in.state, sendbuf, recvbuf, count, dtype, op, device));
+}
+
+/* }====================================================== */
+
+/*
+** {======================================================
+** Optim
+** =======================================================
+*/
+
+lamp_status lamp_optim_open(lamp_optim **out, const char *name_or_path, const lamp_option *opts,
+                            size_t n_opts) {
+  if (out == NULL) return null_output(LAMP_KIND_OPTIM);
+  *out = NULL;
+  void *w = NULL;
+  lamp_status st =
+      wrapper_open(&w, sizeof(lamp_optim), LAMP_KIND_OPTIM, name_or_path, opts, n_opts);
+  if (st != LAMP_OK) return st;
+  lamp_optim *o = w;
+  o->t = (const lamp_optim_v1 *)o->in.handle->desc;
+  *out = o;
+  return LAMP_OK;
+}
+
+void lamp_optim_close(lamp_optim *o) {
+  if (o == NULL) return;
+  o->t->destroy(o->in.state);
+  instance_end(&o->in);
+  free(o);
+}
+
+const lamp_plugin_handle *lamp_optim_handle(const lamp_optim *o) {
+  return o != NULL ? o->in.handle : NULL;
+}
+
+int lamp_optim_hparam(const lamp_optim *o, const char *name, double *value) {
+  const lamp_plugin *desc = o->in.handle->desc;
+  for (uint32_t i = 0; name != NULL && i < desc->n_params; i++) {
+    if (strcmp(desc->params[i].name, name) == 0) {
+      *value = o->in.params[i];
+      return 0;
+    }
+  }
+  return -1;
+}
+
+lamp_status lamp_optim_slots(lamp_optim *o, lamp_optim_slot *out, uint32_t max, uint32_t *n) {
+  *n = 0;
+  lamp_status st = PLUGIN_CALL(&o->in, "slots", o->t->slots(o->in.state, out, max, n));
+  for (uint32_t i = 0; st == LAMP_OK && i < *n && i < max; i++)
+    if (out[i].name == NULL || out[i].dtype >= LAMP_DTYPE_COUNT)
+      st = lamp_error(LAMP_ERR_INTERNAL, "%s: state slot %u has %s", name_of(&o->in), (unsigned)i,
+                      out[i].name == NULL ? "no name" : "an unknown dtype");
+  return st;
+}
+
+static lamp_status check_segments(const lamp_optim *o, const lamp_optim_step *s) {
+  size_t next = 0;
+  if (s->n_segments > 0 && s->segments == NULL)
+    return lamp_error(LAMP_ERR_INVALID_ARG, "%s: step has %zu segments but no segment array",
+                      name_of(&o->in), s->n_segments);
+  for (size_t i = 0; i < s->n_segments; i++) {
+    if (s->segments[i].offset != next)
+      return lamp_error(LAMP_ERR_INVALID_ARG, "%s: step segment %zu starts at %zu, expected %zu",
+                        name_of(&o->in), i, s->segments[i].offset, next);
+    if (s->segments[i].count > s->n - next)
+      return lamp_error(LAMP_ERR_INVALID_ARG, "%s: step segment %zu ends past the %zu elements",
+                        name_of(&o->in), i, s->n);
+    next += s->segments[i].count;
+  }
+  if (next != s->n)
+    return lamp_error(LAMP_ERR_INVALID_ARG, "%s: step segments cover %zu of %zu elements",
+                      name_of(&o->in), next, s->n);
+  return LAMP_OK;
+}
+
+lamp_status lamp_optim_apply(lamp_optim *o, lamp_optim_step *step) {
+  if (step == NULL) return lamp_error(LAMP_ERR_INVALID_ARG, "%s: NULL step", name_of(&o->in));
+  if (step->n > 0 && (step->params == NULL || step->grads == NULL))
+    return lamp_error(LAMP_ERR_INVALID_ARG, "%s: step over %zu elements without params or grads",
+                      name_of(&o->in), step->n);
+  lamp_status st = check_segments(o, step);
+  if (st != LAMP_OK) return st;
+  step->struct_size = sizeof *step;
+  step->hparams = o->in.params;
+  return PLUGIN_CALL(&o->in, "step", o->t->step(o->in.state, step));
+}
+
+/* }====================================================== */

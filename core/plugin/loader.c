@@ -1,0 +1,454 @@
+/*
+** The plugin loader: dlopen, the fixed validation order of DESIGN.md rule 6, and the cache of
+** loaded plugins (by real path, never unloaded). discover.c walks the search locations.
+**
+** Validation order, each step with one message naming the path:
+**   not found -> writable by others -> dlopen error -> no entry symbol (or a newer one)
+**   -> entry returned NULL -> bad magic -> wrong kind -> ABI major -> table too small
+**   -> required member NULL -> bad parameter declarations.
+** The permission check comes before dlopen because dlopen already runs the file's code.
+*/
+#define _GNU_SOURCE /* dlinfo(RTLD_DI_LINKMAP): the path dlopen's own search found */
+
+#include <dlfcn.h>
+#include <errno.h>
+#include <limits.h>
+#include <link.h>
+#include <pthread.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "base/error.h"
+#include "base/log.h"
+#include "plugin/loader.h"
+
+typedef struct loaded_plugin {
+  lamp_plugin_handle handle;
+  void *dl;
+  int announced; /* the info line was logged */
+} loaded_plugin;
+
+static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+static loaded_plugin **loaded;
+static size_t n_loaded;
+static size_t cap_loaded;
+
+/*
+** {======================================================
+** What each family requires
+** =======================================================
+*/
+
+typedef struct member {
+  const char *name;
+  size_t offset;
+} member;
+
+/* clang-format off */
+#define MEMBER(type, m) {#m, offsetof(type, m)}
+
+static const member precision_required[] = {
+    MEMBER(lamp_precision_v1, create), MEMBER(lamp_precision_v1, destroy),
+    MEMBER(lamp_precision_v1, policy), MEMBER(lamp_precision_v1, loss_scale),
+    MEMBER(lamp_precision_v1, update), MEMBER(lamp_precision_v1, stats)};
+
+static const member comm_required[] = {
+    MEMBER(lamp_comm_v1, create), MEMBER(lamp_comm_v1, destroy),
+    MEMBER(lamp_comm_v1, rank),   MEMBER(lamp_comm_v1, size),
+    MEMBER(lamp_comm_v1, all_reduce), MEMBER(lamp_comm_v1, broadcast),
+    MEMBER(lamp_comm_v1, barrier)};
+
+static const member optim_required[] = {
+    MEMBER(lamp_optim_v1, create), MEMBER(lamp_optim_v1, destroy),
+    MEMBER(lamp_optim_v1, slots), MEMBER(lamp_optim_v1, step)};
+/* clang-format on */
+
+#define COUNT(a) (sizeof(a) / sizeof((a)[0]))
+
+static const member *required_members(lamp_kind kind, size_t *n) {
+  switch (kind) {
+  case LAMP_KIND_PRECISION: *n = COUNT(precision_required); return precision_required;
+  case LAMP_KIND_COMM: *n = COUNT(comm_required); return comm_required;
+  case LAMP_KIND_OPTIM: *n = COUNT(optim_required); return optim_required;
+  }
+  *n = 0;
+  return NULL;
+}
+
+/* ABI 1.0: the required functions are a prefix; the optional ones after them may be cut off.
+   A later minor adds a column; plugins declaring a minor this core does not know are held to
+   the newest one it does. */
+size_t lamp_plugin_required_size(lamp_kind kind, unsigned minor) {
+  (void)minor; /* one minor so far */
+  size_t n;
+  const member *m = required_members(kind, &n);
+  if (m == NULL) return sizeof(lamp_plugin);
+  return m[n - 1].offset + sizeof(void (*)(void));
+}
+
+static int kind_known(uint32_t kind) {
+  return kind == LAMP_KIND_PRECISION || kind == LAMP_KIND_COMM || kind == LAMP_KIND_OPTIM;
+}
+
+/* }====================================================== */
+
+/*
+** {======================================================
+** Validation steps, in order
+** =======================================================
+*/
+
+/* dlerror() usually starts with the path again; the message names it once. */
+static const char *without_path_prefix(const char *msg, const char *path) {
+  size_t len = strlen(path);
+  if (strncmp(msg, path, len) == 0 && msg[len] == ':' && msg[len + 1] == ' ') return msg + len + 2;
+  return msg;
+}
+
+static const char *dl_message(const char *real) {
+  const char *msg = dlerror();
+  return msg != NULL ? without_path_prefix(msg, real) : "unknown dlopen error";
+}
+
+static lamp_status open_library(const char *path, const char *real, void **dl) {
+  dlerror();
+  *dl = dlopen(real, RTLD_NOW | RTLD_LOCAL);
+  if (*dl != NULL) return LAMP_OK;
+  return lamp_error(LAMP_ERR_INVALID_USAGE, "cannot load plugin %s: %s", path, dl_message(real));
+}
+
+static void *symbol(void *dl, const char *name) {
+  dlerror();
+  return dlsym(dl, name);
+}
+
+/* The newest entry symbol the library exports for a major above ours; 0 when none. */
+static int newer_entry_major(void *dl) {
+  char name[64];
+  for (int major = 9; major > LAMP_ABI_MAJOR; major--) {
+    snprintf(name, sizeof name, "lamp_plugin_entry_v%d", major);
+    if (symbol(dl, name) != NULL) return major;
+  }
+  return 0;
+}
+
+static lamp_status find_entry(const char *path, void *dl, lamp_plugin_entry_fn *entry) {
+  void *sym = symbol(dl, LAMP_ENTRY_SYMBOL);
+  if (sym != NULL) {
+    memcpy(entry, &sym, sizeof *entry); /* POSIX: dlsym's void * holds a function address */
+    return LAMP_OK;
+  }
+  int newer = newer_entry_major(dl);
+  if (newer > 0)
+    return lamp_error(LAMP_ERR_INVALID_USAGE,
+                      "%s: built for a newer core: exports lamp_plugin_entry_v%d, this core "
+                      "(ABI %d.%d) needs " LAMP_ENTRY_SYMBOL,
+                      path, newer, LAMP_ABI_MAJOR, LAMP_ABI_MINOR);
+  return lamp_error(LAMP_ERR_INVALID_USAGE,
+                    "%s: no " LAMP_ENTRY_SYMBOL " symbol: not a lamp plugin", path);
+}
+
+static lamp_status call_entry(const char *path, lamp_plugin_entry_fn entry,
+                              const lamp_plugin **desc) {
+  lamp_host_load_message_clear();
+  *desc = entry(lamp_host_get());
+  if (*desc != NULL) return LAMP_OK;
+  const char *why = lamp_host_load_message();
+  if (why[0] == '\0')
+    return lamp_error(LAMP_ERR_INVALID_USAGE,
+                      "%s: " LAMP_ENTRY_SYMBOL " returned NULL without a message", path);
+  return lamp_error(LAMP_ERR_INVALID_USAGE, "%s: " LAMP_ENTRY_SYMBOL " returned NULL: %s", path,
+                    why);
+}
+
+/* expected 0: any kind. */
+static lamp_status check_magic_and_kind(const char *path, const lamp_plugin *d,
+                                        lamp_kind expected) {
+  if (d->magic != LAMP_PLUGIN_MAGIC)
+    return lamp_error(LAMP_ERR_INVALID_USAGE, "%s: bad magic 0x%08x (expected 0x%08x)", path,
+                      (unsigned)d->magic, LAMP_PLUGIN_MAGIC);
+  if (!kind_known(d->kind))
+    return lamp_error(LAMP_ERR_INVALID_USAGE, "%s: unknown plugin kind %u%s%s", path,
+                      (unsigned)d->kind, expected ? ", expected " : "",
+                      expected ? lamp_kind_name(expected) : "");
+  if (expected != 0 && d->kind != (uint32_t)expected)
+    return lamp_error(LAMP_ERR_INVALID_USAGE, "%s: is a %s plugin, expected %s", path,
+                      lamp_kind_name((lamp_kind)d->kind), lamp_kind_name(expected));
+  return LAMP_OK;
+}
+
+static lamp_status check_abi(const char *path, const lamp_plugin *d) {
+  if (d->abi_major == LAMP_ABI_MAJOR) return LAMP_OK;
+  const char *name = d->name != NULL ? d->name : "plugin";
+  return lamp_error(LAMP_ERR_INVALID_USAGE,
+                    "%s: plugin ABI %u.%u not supported by this core (ABI %d.x): %s", name,
+                    (unsigned)d->abi_major, (unsigned)d->abi_minor, LAMP_ABI_MAJOR, path);
+}
+
+static lamp_status check_size(const char *path, const lamp_plugin *d) {
+  size_t need = lamp_plugin_required_size((lamp_kind)d->kind, d->abi_minor);
+  if (d->struct_size >= need) return LAMP_OK;
+  return lamp_error(LAMP_ERR_INVALID_USAGE,
+                    "%s: table is %u bytes, ABI %u.%u %s plugins need at least %zu", path,
+                    (unsigned)d->struct_size, (unsigned)d->abi_major, (unsigned)d->abi_minor,
+                    lamp_kind_name((lamp_kind)d->kind), need);
+}
+
+static int function_is_null(const lamp_plugin *d, size_t offset) {
+  void (*fn)(void);
+  memcpy(&fn, (const char *)d + offset, sizeof fn);
+  return fn == NULL;
+}
+
+static lamp_status check_members(const char *path, const lamp_plugin *d) {
+  if (d->name == NULL || d->name[0] == '\0')
+    return lamp_error(LAMP_ERR_INVALID_USAGE, "%s: required member 'name' is %s", path,
+                      d->name == NULL ? "NULL" : "empty");
+  if (d->version == NULL)
+    return lamp_error(LAMP_ERR_INVALID_USAGE, "%s: required member 'version' is NULL", path);
+  if (d->probe == NULL)
+    return lamp_error(LAMP_ERR_INVALID_USAGE, "%s: required function 'probe' is NULL", path);
+  size_t n;
+  const member *m = required_members((lamp_kind)d->kind, &n);
+  for (size_t i = 0; i < n; i++)
+    if (function_is_null(d, m[i].offset))
+      return lamp_error(LAMP_ERR_INVALID_USAGE, "%s: required function '%s' is NULL", path,
+                        m[i].name);
+  return LAMP_OK;
+}
+
+static lamp_status check_param(const char *path, const lamp_plugin *d, uint32_t i) {
+  const lamp_param *p = &d->params[i];
+  if (p->name == NULL || p->name[0] == '\0')
+    return lamp_error(LAMP_ERR_INVALID_USAGE, "%s: param %u has no name", path, (unsigned)i);
+  if (!(p->min_value <= p->default_value && p->default_value <= p->max_value))
+    return lamp_error(LAMP_ERR_INVALID_USAGE,
+                      "%s: param '%s' has default %g outside its range [%g, %g]", path, p->name,
+                      p->default_value, p->min_value, p->max_value);
+  for (uint32_t j = 0; j < i; j++)
+    if (strcmp(d->params[j].name, p->name) == 0)
+      return lamp_error(LAMP_ERR_INVALID_USAGE, "%s: param '%s' is declared twice", path, p->name);
+  return LAMP_OK;
+}
+
+static lamp_status check_params(const char *path, const lamp_plugin *d) {
+  if (d->n_params > 0 && d->params == NULL)
+    return lamp_error(LAMP_ERR_INVALID_USAGE, "%s: declares %u params but 'params' is NULL", path,
+                      (unsigned)d->n_params);
+  for (uint32_t i = 0; i < d->n_params; i++) {
+    lamp_status st = check_param(path, d, i);
+    if (st != LAMP_OK) return st;
+  }
+  return LAMP_OK;
+}
+
+static lamp_status check_descriptor(const char *path, const lamp_plugin *d, lamp_kind expected) {
+  lamp_status st = check_magic_and_kind(path, d, expected);
+  if (st == LAMP_OK) st = check_abi(path, d);
+  if (st == LAMP_OK) st = check_size(path, d);
+  if (st == LAMP_OK) st = check_members(path, d);
+  if (st == LAMP_OK) st = check_params(path, d);
+  return st;
+}
+
+/* Everything after dlopen. */
+static lamp_status validate(const char *path, void *dl, lamp_kind expected,
+                            const lamp_plugin **desc) {
+  lamp_plugin_entry_fn entry = NULL;
+  lamp_status st = find_entry(path, dl, &entry);
+  if (st == LAMP_OK) st = call_entry(path, entry, desc);
+  if (st == LAMP_OK) st = check_descriptor(path, *desc, expected);
+  if (st == LAMP_OK && (*desc)->abi_minor > LAMP_ABI_MINOR)
+    lamp_log(LAMP_LOG_DEBUG, "plugin",
+             "%s: built for ABI %u.%u; members after ABI %d.%d are ignored", path,
+             (unsigned)(*desc)->abi_major, (unsigned)(*desc)->abi_minor, LAMP_ABI_MAJOR,
+             LAMP_ABI_MINOR);
+  return st;
+}
+
+/* }====================================================== */
+
+/*
+** {======================================================
+** The cache (callers hold the lock)
+** =======================================================
+*/
+
+static loaded_plugin *find_loaded(const char *real) {
+  for (size_t i = 0; i < n_loaded; i++)
+    if (strcmp(loaded[i]->handle.path, real) == 0) return loaded[i];
+  return NULL;
+}
+
+static lamp_status remember(const char *real, void *dl, const lamp_plugin *desc,
+                            loaded_plugin **out) {
+  if (n_loaded == cap_loaded) {
+    size_t cap = cap_loaded ? 2 * cap_loaded : 8;
+    loaded_plugin **grown = realloc(loaded, cap * sizeof *grown);
+    if (grown == NULL)
+      return lamp_error(LAMP_ERR_SYSTEM, "out of memory recording plugin %s", real);
+    loaded = grown;
+    cap_loaded = cap;
+  }
+  loaded_plugin *lp = calloc(1, sizeof *lp);
+  if (lp == NULL) return lamp_error(LAMP_ERR_SYSTEM, "out of memory recording plugin %s", real);
+  lp->handle.desc = desc;
+  lp->handle.kind = (lamp_kind)desc->kind;
+  snprintf(lp->handle.path, sizeof lp->handle.path, "%s", real);
+  lp->dl = dl;
+  loaded[n_loaded++] = lp;
+  *out = lp;
+  return LAMP_OK;
+}
+
+static void announce(loaded_plugin *lp) {
+  if (lp->announced) return;
+  const lamp_plugin *d = lp->handle.desc;
+  lp->announced = 1;
+  lamp_log(LAMP_LOG_INFO, lamp_kind_name(lp->handle.kind), "%s %s (ABI %u.%u) from %s", d->name,
+           d->version, (unsigned)d->abi_major, (unsigned)d->abi_minor, lp->handle.path);
+}
+
+/* A cached plugin asked for again, perhaps as another kind. */
+static lamp_status reuse(const char *path, loaded_plugin *lp, lamp_kind expected,
+                         loaded_plugin **out) {
+  lamp_status st = check_magic_and_kind(path, lp->handle.desc, expected);
+  if (st == LAMP_OK) *out = lp;
+  return st;
+}
+
+/* Validates an opened library and records it; closes it when it is refused. */
+static lamp_status adopt(const char *path, const char *real, void *dl, lamp_kind expected,
+                         loaded_plugin **out) {
+  const lamp_plugin *desc = NULL;
+  lamp_status st = validate(path, dl, expected, &desc);
+  if (st == LAMP_OK) st = remember(real, dl, desc, out);
+  if (st != LAMP_OK) dlclose(dl);
+  return st;
+}
+
+/* A readable file: cached, or checked, opened and validated. */
+static lamp_status load_file(const char *path, lamp_kind expected, loaded_plugin **out) {
+  char real[PATH_MAX];
+  if (realpath(path, real) == NULL)
+    return lamp_error(LAMP_ERR_INVALID_USAGE, "cannot load plugin %s: %s", path, strerror(errno));
+  loaded_plugin *lp = find_loaded(real);
+  if (lp != NULL) return reuse(path, lp, expected, out);
+  lamp_status st = lamp_plugin_check_permissions(path);
+  void *dl = NULL;
+  if (st == LAMP_OK) st = open_library(path, real, &dl);
+  if (st == LAMP_OK) st = adopt(path, real, dl, expected, out);
+  return st;
+}
+
+static lamp_status not_found(lamp_kind kind, const char *name, const char *tried) {
+  return lamp_error(LAMP_ERR_INVALID_USAGE, "%s plugin '%s' not found; tried:\n%s",
+                    lamp_kind_name(kind), name, tried);
+}
+
+/* The real path of a library dlopen found on its own search path. */
+static int library_path(void *dl, char *real) {
+  struct link_map *map = NULL;
+  if (dlinfo(dl, RTLD_DI_LINKMAP, &map) != 0 || map == NULL || map->l_name == NULL) return 0;
+  return realpath(map->l_name, real) != NULL;
+}
+
+/* The last candidate: dlopen's own search (LD_LIBRARY_PATH, the ld.so cache). Here "not
+   found" cannot be told from "failed" without reading dlerror, so it is reported as not found
+   and the dlerror goes to the debug log. The permission rule is applied after the fact. */
+static lamp_status load_bare(lamp_kind kind, const char *name, const char *soname,
+                             const char *tried, loaded_plugin **out) {
+  dlerror();
+  void *dl = dlopen(soname, RTLD_NOW | RTLD_LOCAL);
+  if (dl == NULL) {
+    lamp_log(LAMP_LOG_DEBUG, "plugin", "dlopen(%s): %s", soname, dl_message(soname));
+    return not_found(kind, name, tried);
+  }
+  char real[PATH_MAX];
+  if (!library_path(dl, real)) snprintf(real, sizeof real, "%s", soname);
+  loaded_plugin *lp = find_loaded(real);
+  lamp_status st = lp != NULL ? reuse(real, lp, kind, out) : lamp_plugin_check_permissions(real);
+  if (lp != NULL || st != LAMP_OK) {
+    dlclose(dl); /* a second reference to a cached library, or a refused one */
+    return st;
+  }
+  return adopt(real, real, dl, kind, out);
+}
+
+static lamp_status load_named(lamp_kind kind, const char *name, loaded_plugin **out) {
+  char path[PATH_MAX];
+  char tried[LAMP_ERROR_MAX];
+  int found = lamp_plugin_search(kind, name, path, sizeof path, tried, sizeof tried);
+  if (found < 0) return LAMP_ERR_SYSTEM;
+  if (found) return load_file(path, kind, out);
+  if (path[0] == '\0') return not_found(kind, name, tried);
+  return load_bare(kind, name, path, tried, out);
+}
+
+/* }====================================================== */
+
+/*
+** {======================================================
+** Public entry points
+** =======================================================
+*/
+
+void lamp_plugin_lock(void) { pthread_mutex_lock(&lock); }
+
+void lamp_plugin_unlock(void) { pthread_mutex_unlock(&lock); }
+
+lamp_status lamp_plugin_load_file(const char *path, lamp_kind expected,
+                                  const lamp_plugin_handle **out) {
+  loaded_plugin *lp = NULL;
+  lamp_status st = load_file(path, expected, &lp);
+  if (st == LAMP_OK) *out = &lp->handle;
+  return st;
+}
+
+/* The handle is the first member of its record. */
+void lamp_plugin_announce(const lamp_plugin_handle *h) { announce((loaded_plugin *)(uintptr_t)h); }
+
+lamp_status lamp_plugin_check_request(lamp_kind kind, const char *name, const void *out) {
+  if (out == NULL || name == NULL)
+    return lamp_error(LAMP_ERR_INVALID_ARG, "plugin loader: NULL %s",
+                      out == NULL ? "output" : "name");
+  if (!kind_known((uint32_t)kind))
+    return lamp_error(LAMP_ERR_INVALID_ARG, "plugin loader: unknown plugin kind %d", (int)kind);
+  if (name[0] == '\0')
+    return lamp_error(LAMP_ERR_INVALID_ARG, "empty %s plugin name", lamp_kind_name(kind));
+  return LAMP_OK;
+}
+
+lamp_status lamp_plugin_load(lamp_kind kind, const char *name_or_path,
+                             const lamp_plugin_handle **out) {
+  lamp_status st = lamp_plugin_check_request(kind, name_or_path, out);
+  if (st != LAMP_OK) return st;
+  loaded_plugin *lp = NULL;
+  pthread_mutex_lock(&lock);
+  st = load_named(kind, name_or_path, &lp);
+  if (st == LAMP_OK) {
+    announce(lp);
+    *out = &lp->handle;
+  }
+  pthread_mutex_unlock(&lock);
+  return st;
+}
+
+lamp_status lamp_plugin_inspect(const char *path, const lamp_plugin_handle **out) {
+  if (path == NULL || out == NULL)
+    return lamp_error(LAMP_ERR_INVALID_ARG, "plugin loader: NULL %s",
+                      out == NULL ? "output" : "path");
+  if (access(path, R_OK) != 0)
+    return lamp_error(LAMP_ERR_INVALID_USAGE, "plugin '%s' not found; tried:\n  %s", path, path);
+  loaded_plugin *lp = NULL;
+  pthread_mutex_lock(&lock);
+  lamp_status st = load_file(path, 0, &lp);
+  if (st == LAMP_OK) *out = &lp->handle;
+  pthread_mutex_unlock(&lock);
+  return st;
+}
+
+/* }====================================================== */

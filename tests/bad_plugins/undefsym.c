@@ -1,0 +1,10 @@
+/* Calls a function nothing defines: RTLD_NOW makes dlopen fail with "undefined symbol". */
+#include "lamp/plugin.h"
+
+extern int lamp_function_nobody_defines(void);
+
+LAMP_PLUGIN_EXPORT const lamp_plugin *lamp_plugin_entry_v1(const lamp_host *host) {
+  (void)host;
+  lamp_function_nobody_defines();
+  return NULL;
+}
