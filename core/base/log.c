@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <unistd.h>
 
 static lamp_log_level threshold = LAMP_LOG_INFO;
 static int threshold_read_from_env;
@@ -74,4 +75,17 @@ void lamp_log(lamp_log_level level, const char *who, const char *fmt, ...) {
   va_start(ap, fmt);
   lamp_vlog(level, who, fmt, ap);
   va_end(ap);
+}
+
+int lamp_log_is_terminal(void) { return sink == NULL && isatty(STDERR_FILENO); }
+
+void lamp_log_progress(const char *line, int final) {
+  if (this_rank != 0 || lamp_log_get_level() < LAMP_LOG_INFO) return;
+  if (!lamp_log_is_terminal()) {
+    if (final) lamp_log(LAMP_LOG_INFO, NULL, "%s", line);
+    return;
+  }
+  /* \r plus clear-to-end-of-line redraws the bar without leaving debris of longer lines. */
+  fprintf(stderr, "\r%s\033[K%s", line, final ? "\n" : "");
+  fflush(stderr);
 }

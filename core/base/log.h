@@ -19,6 +19,13 @@ lamp_log_level lamp_log_get_level(void);
 /* Replaces the sink; NULL restores stderr. */
 void lamp_log_set_sink(lamp_log_sink sink, void *userdata);
 
+/*
+** A progress line. On a terminal (stderr is a TTY) it redraws in place and `final` ends it
+** with a newline; elsewhere only final lines are written, so logs stay readable. Rank 0 only.
+*/
+void lamp_log_progress(const char *line, int final);
+int lamp_log_is_terminal(void);
+
 /* Ranks other than 0 log only warnings and errors unless LAMP_LOG_ALL_RANKS=1. */
 void lamp_log_set_rank(int rank);
 

@@ -1,3 +1,48 @@
-/* The lamp executable (being written). */
+/*
+** lamp: runs a Lua training script, or inspects plugins.
+**
+**   lamp SCRIPT.lua [ARGS...]   run a script; ARGS arrive in the global `arg`
+**   lamp plugins                list every plugin found
+**   lamp plugin-info PATH       print a plugin's descriptor without initialising it
+*/
 #include <stdio.h>
-int main(void) { return 0; }
+#include <string.h>
+
+#include "cli/commands.h"
+#include "lamp/abi.h"
+
+static void usage(FILE *out) {
+  fprintf(out,
+          "usage: lamp SCRIPT.lua [ARGS...]   run a training script (ARGS in the global 'arg')\n"
+          "       lamp plugins                list every plugin found, with kind, version, ABI and path\n"
+          "       lamp plugin-info PATH       print a plugin's descriptor without initialising it\n"
+          "       lamp --version | --help\n"
+          "environment: LAMP_PLUGIN_PATH (';'-separated templates, '?' = name, '!' = kind),\n"
+          "             LAMP_PLUGIN_DIR, LAMP_DATA_DIR, LAMP_LOG=error|warn|info|debug\n");
+}
+
+int main(int argc, char **argv) {
+  lamp_cli_tune_blas(argv);
+  if (argc < 2) {
+    usage(stderr);
+    return 2;
+  }
+  const char *cmd = argv[1];
+  if (strcmp(cmd, "--help") == 0 || strcmp(cmd, "-h") == 0) {
+    usage(stdout);
+    return 0;
+  }
+  if (strcmp(cmd, "--version") == 0) {
+    printf("lamp %s (plugin ABI %d.%d)\n", LAMP_CLI_VERSION, LAMP_ABI_MAJOR, LAMP_ABI_MINOR);
+    return 0;
+  }
+  if (strcmp(cmd, "plugins") == 0) return lamp_cmd_plugins();
+  if (strcmp(cmd, "plugin-info") == 0) {
+    if (argc != 3) {
+      fprintf(stderr, "lamp plugin-info: expected one plugin path, got %d arguments\n", argc - 2);
+      return 2;
+    }
+    return lamp_cmd_plugin_info(argv[2]);
+  }
+  return lamp_cmd_run_script(cmd, argc - 2, argv + 2);
+}

@@ -1,0 +1,36 @@
+/*
+** OpenBLAS 0.3.21 (Debian 12) does not recognise recent Intel CPUs and falls back to its
+** generic "Prescott" SSE3 kernels, which halve GEMM speed on a CPU with AVX-512. The kernel is
+** chosen when libopenblas loads, before main runs, so the only remedy is to set
+** OPENBLAS_CORETYPE and re-execute once. A user's own OPENBLAS_CORETYPE is always respected,
+** and LAMP_BLAS_AUTOTUNE=0 turns this off.
+*/
+#include <cblas.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "cli/commands.h"
+
+static const char *better_coretype(void) {
+  __builtin_cpu_init();
+  if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+      __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq"))
+    return "SkylakeX";
+  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) return "Haswell";
+  return NULL;
+}
+
+void lamp_cli_tune_blas(char **argv) {
+  const char *off = getenv("LAMP_BLAS_AUTOTUNE");
+  if (getenv("OPENBLAS_CORETYPE") != NULL || (off != NULL && strcmp(off, "0") == 0)) return;
+  const char *core = openblas_get_corename();
+  if (core == NULL || strcmp(core, "Prescott") != 0) return;
+  const char *better = better_coretype();
+  if (better == NULL) return;
+  setenv("OPENBLAS_CORETYPE", better, 1);
+  execv("/proc/self/exe", argv);
+  /* exec failed: carry on with the generic kernels, which are slower but correct. */
+  unsetenv("OPENBLAS_CORETYPE");
+}

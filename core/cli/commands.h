@@ -1,0 +1,12 @@
+/* The lamp executable's subcommands; each returns the process exit status. */
+#ifndef LAMP_CLI_COMMANDS_H
+#define LAMP_CLI_COMMANDS_H
+
+int lamp_cmd_run_script(const char *script, int argc, char **argv);
+int lamp_cmd_plugins(void);
+int lamp_cmd_plugin_info(const char *path);
+
+/* Re-executes once with a faster OpenBLAS kernel where the library misdetects the CPU. */
+void lamp_cli_tune_blas(char **argv);
+
+#endif

@@ -1,0 +1,85 @@
+/*
+** Shared helpers of the `lamp` Lua module: raising C errors into Lua, boxed C objects with
+** one idempotent finaliser for __gc and __close, and option tables.
+*/
+#ifndef LAMP_LUA_UTIL_H
+#define LAMP_LUA_UTIL_H
+
+#include <lauxlib.h>
+#include <lua.h>
+
+#include "lamp/abi.h"
+#include "plugin/instance.h"
+
+/* Raises the current lamp_last_error() as a Lua error. Never returns. */
+int lampL_error(lua_State *L);
+
+/* Raises when st is not LAMP_OK. */
+#define lampL_check(L, st) \
+  do { \
+    if ((st) != LAMP_OK) lampL_error(L); \
+  } while (0)
+
+/*
+** A boxed C object: the userdata holds only the pointer, NULL once finalised. The metatable
+** `tname` is created by lampL_newclass; `release` frees the object.
+*/
+typedef struct lampL_box {
+  void *ptr;
+  int pins; /* how many other objects borrow ptr: closing is refused while > 0 */
+} lampL_box;
+
+/* Registers a class: methods reachable through __index, __gc and __close calling `gc`,
+   __tostring, __name = tname. Leaves nothing on the stack. */
+void lampL_newclass(lua_State *L, const char *tname, const luaL_Reg *methods, lua_CFunction gc,
+                    lua_CFunction tostring);
+
+/* Pushes a new box of class tname with `nuv` user values, holding ptr. */
+lampL_box *lampL_pushbox(lua_State *L, const char *tname, void *ptr, int nuv);
+
+/*
+** For finalisers: takes the pointer out of the box at idx (NULL if already closed) so the
+** caller frees it exactly once. Raises when another object still borrows it.
+*/
+void *lampL_takebox(lua_State *L, int idx, const char *tname);
+
+/* The live object at idx, raising "bad argument #i (lamp.X expected, got Y)" or
+   "attempt to use a closed lamp.X". */
+void *lampL_checkobject(lua_State *L, int idx, const char *tname);
+
+/* The object if idx is a live box of tname, else NULL (no error). */
+void *lampL_testobject(lua_State *L, int idx, const char *tname);
+
+/*
+** Reads a table of name = number|boolean into opts (names point into the Lua strings, valid
+** while the table is on the stack). Raises on a non-string key, a value of another type, or
+** more than max entries. `what` names the call for messages.
+*/
+size_t lampL_options(lua_State *L, int idx, const char *what, lamp_option *opts, size_t max);
+
+/* Raises "<what>: unknown field 'x'; valid fields: a, b, c" for any string key of the table at
+   idx not in `valid` (NULL-terminated). */
+void lampL_check_fields(lua_State *L, int idx, const char *what, const char *const *valid);
+
+/* Field readers for configuration tables: the default when absent, a raised error naming
+   the field when the type is wrong. */
+lua_Integer lampL_optfield_integer(lua_State *L, int idx, const char *what, const char *field, lua_Integer def);
+lua_Number lampL_optfield_number(lua_State *L, int idx, const char *what, const char *field, lua_Number def);
+int lampL_optfield_boolean(lua_State *L, int idx, const char *what, const char *field, int def);
+
+/* Registration of the submodules; each pushes nothing and fills the table at -1. */
+void lampL_open_nn(lua_State *L);
+void lampL_open_data(lua_State *L);
+void lampL_open_plugins(lua_State *L);
+void lampL_open_trainer(lua_State *L);
+
+#define LAMP_LAYER_CLASS "lamp.Layer"
+#define LAMP_LOSS_CLASS "lamp.Loss"
+#define LAMP_DATASET_CLASS "lamp.Dataset"
+#define LAMP_LOADER_CLASS "lamp.Loader"
+#define LAMP_PRECISION_CLASS "lamp.Precision"
+#define LAMP_COMM_CLASS "lamp.Comm"
+#define LAMP_OPTIM_CLASS "lamp.Optim"
+#define LAMP_TRAINER_CLASS "lamp.Trainer"
+
+#endif

@@ -1,0 +1,342 @@
+#include "train/trainer.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "backend/backend.h"
+#include "base/error.h"
+#include "base/log.h"
+#include "tensor/dtype.h"
+#include "tensor/memory.h"
+#include "train/progress.h"
+
+#define MAX_SLOTS 8
+
+struct lamp_trainer {
+  lamp_trainer_config config;
+  lamp_model *model;
+  lamp_precision_policy policy;
+  double base_lr;
+
+  lamp_optim_slot slot_decls[MAX_SLOTS];
+  float *slots[MAX_SLOTS];
+  uint32_t n_slots;
+  lamp_optim_segment *segments;
+  size_t n_segments;
+
+  lamp_tensor *dlogits;       /* gradient of the loss w.r.t. the model output */
+  int micro;                  /* micro-steps done in the current accumulation group */
+  uint64_t epochs_done;
+  lamp_trainer_stats stats;
+};
+
+
+/* ---- construction ------------------------------------------------------------------------ */
+
+static lamp_status check_config(const lamp_trainer_config *c) {
+  if (c->model == NULL) return lamp_error(LAMP_ERR_INVALID_ARG, "Trainer: 'model' is required");
+  if (c->loss == NULL) return lamp_error(LAMP_ERR_INVALID_ARG, "Trainer: 'loss' is required");
+  if (c->precision == NULL) return lamp_error(LAMP_ERR_INVALID_ARG, "Trainer: 'precision' is required");
+  if (c->comm == NULL) return lamp_error(LAMP_ERR_INVALID_ARG, "Trainer: 'comm' is required");
+  if (c->optim == NULL) return lamp_error(LAMP_ERR_INVALID_ARG, "Trainer: 'optim' is required");
+  if (c->accum < 1) return lamp_error(LAMP_ERR_INVALID_ARG, "Trainer: 'accum' must be >= 1, got %d", c->accum);
+  if (!(c->clip >= 0.0) || isinf(c->clip))
+    return lamp_error(LAMP_ERR_INVALID_ARG, "Trainer: 'clip' must be a finite number >= 0 (0 disables), got %g", c->clip);
+  return lamp_schedule_validate(&c->schedule);
+}
+
+static lamp_status build_model(lamp_trainer *t) {
+  lamp_status st = lamp_precision_policy_get(t->config.precision, &t->policy);
+  if (st != LAMP_OK) return st;
+  lamp_model_config mc = {
+      .device = t->config.device,
+      .weight_dtype = (lamp_dtype)t->policy.weight_dtype,
+      .compute_dtype = (lamp_dtype)t->policy.compute_dtype,
+      .activation_dtype = (lamp_dtype)t->policy.activation_dtype,
+      .master_weights = (t->policy.flags & LAMP_POLICY_MASTER_WEIGHTS) != 0,
+      .seed = t->config.seed,
+  };
+  st = lamp_model_new(&t->model, t->config.model);
+  if (st != LAMP_OK) return st;
+  return lamp_model_build(t->model, &mc);
+}
+
+/* DDP starts from identical parameters: rank 0's initialisation wins. */
+static lamp_status broadcast_initial_parameters(lamp_trainer *t) {
+  if (lamp_comm_size(t->config.comm) == 1) return LAMP_OK;
+  lamp_status st = lamp_comm_broadcast(t->config.comm, lamp_model_trainable(t->model), lamp_model_numel(t->model),
+                                       LAMP_F32, 0, t->config.device);
+  if (st != LAMP_OK) return st;
+  return lamp_model_sync_weights(t->model);
+}
+
+static lamp_status allocate_optimizer_state(lamp_trainer *t) {
+  lamp_status st = lamp_optim_slots(t->config.optim, t->slot_decls, MAX_SLOTS, &t->n_slots);
+  if (st != LAMP_OK) return st;
+  if (t->n_slots > MAX_SLOTS)
+    return lamp_error(LAMP_ERR_UNSUPPORTED, "%s: declares %u state slots, this core supports at most %d",
+                      lamp_optim_handle(t->config.optim)->desc->name, t->n_slots, MAX_SLOTS);
+  size_t n = lamp_model_numel(t->model);
+  for (uint32_t i = 0; i < t->n_slots; i++) {
+    if (t->slot_decls[i].dtype != LAMP_F32)
+      return lamp_error(LAMP_ERR_UNSUPPORTED, "%s: state slot '%s' has dtype %s; this core allocates f32 slots only",
+                        lamp_optim_handle(t->config.optim)->desc->name, t->slot_decls[i].name,
+                        lamp_dtype_name((lamp_dtype)t->slot_decls[i].dtype));
+    t->slots[i] = lamp_mem_alloc(t->config.device, LAMP_MEM_OPTIM_STATE, n * sizeof(float));
+    if (t->slots[i] == NULL) return LAMP_ERR_SYSTEM;
+  }
+  return LAMP_OK;
+}
+
+/* One segment per parameter tensor: the decay flag and lr multiplier travel with it. */
+static lamp_status build_segments(lamp_trainer *t) {
+  size_t n = lamp_model_n_params(t->model);
+  t->segments = calloc(n ? n : 1, sizeof *t->segments);
+  if (t->segments == NULL) return lamp_error(LAMP_ERR_SYSTEM, "Trainer: out of memory");
+  for (size_t i = 0; i < n; i++) {
+    const lamp_model_param *p = lamp_model_param_at(t->model, i);
+    t->segments[i] = (lamp_optim_segment){p->offset, p->count, 1.0f, p->decay ? 1.0f : 0.0f};
+  }
+  t->n_segments = n;
+  return LAMP_OK;
+}
+
+static void log_start(const lamp_trainer *t) {
+  size_t numel = lamp_model_numel(t->model);
+  lamp_log(LAMP_LOG_INFO, "trainer", "%zu parameters; weights %s, compute %s, activations %s%s; %d rank%s, accum %d, lr %g (%s)",
+           numel, lamp_dtype_name((lamp_dtype)t->policy.weight_dtype),
+           lamp_dtype_name((lamp_dtype)t->policy.compute_dtype),
+           lamp_dtype_name((lamp_dtype)t->policy.activation_dtype),
+           (t->policy.flags & LAMP_POLICY_MASTER_WEIGHTS) ? ", fp32 master weights" : "",
+           t->stats.world, t->stats.world == 1 ? "" : "s", t->config.accum, t->base_lr,
+           lamp_schedule_name(t->config.schedule.kind));
+}
+
+lamp_status lamp_trainer_new(lamp_trainer **out, const lamp_trainer_config *config) {
+  *out = NULL;
+  lamp_status st = check_config(config);
+  if (st != LAMP_OK) return st;
+  lamp_trainer *t = calloc(1, sizeof *t);
+  if (t == NULL) return lamp_error(LAMP_ERR_SYSTEM, "Trainer: out of memory");
+  t->config = *config;
+  lamp_layer_retain(config->model);
+  lamp_loss_retain(config->loss);
+  if (lamp_optim_hparam(config->optim, "lr", &t->base_lr) != 0) t->base_lr = 0.0; /* an optimizer without lr */
+  t->stats.world = lamp_comm_size(config->comm);
+  lamp_log_set_rank(lamp_comm_rank(config->comm)); /* progress and info lines on rank 0 only */
+  t->stats.loss_scale = 1.0;
+  if ((st = build_model(t)) != LAMP_OK || (st = broadcast_initial_parameters(t)) != LAMP_OK ||
+      (st = allocate_optimizer_state(t)) != LAMP_OK || (st = build_segments(t)) != LAMP_OK) {
+    lamp_trainer_free(t);
+    return st;
+  }
+  log_start(t);
+  *out = t;
+  return LAMP_OK;
+}
+
+void lamp_trainer_free(lamp_trainer *t) {
+  if (t == NULL) return;
+  for (uint32_t i = 0; i < MAX_SLOTS; i++) lamp_mem_free(t->slots[i]);
+  free(t->segments);
+  lamp_tensor_release(t->dlogits);
+  lamp_model_free(t->model);
+  lamp_loss_release(t->config.loss);
+  lamp_layer_release(t->config.model);
+  free(t);
+}
+
+/* ---- the step ---------------------------------------------------------------------------- */
+
+static lamp_status forward_backward(lamp_trainer *t, const lamp_tensor *x, const lamp_tensor *y, double scale,
+                                    double *loss) {
+  const lamp_tensor *logits;
+  lamp_exec exec = {t->config.device, (lamp_dtype)t->policy.compute_dtype,
+                    (lamp_dtype)t->policy.activation_dtype, 1};
+  lamp_status st = lamp_model_forward(t->model, x, 1, &logits);
+  if (st != LAMP_OK) return st;
+  st = lamp_tensor_ensure(&t->dlogits, logits->dtype, logits->device, logits->ndim, logits->shape,
+                          LAMP_MEM_ACTIVATIONS);
+  if (st != LAMP_OK) return st;
+  /* The accumulation divisor rides on the loss gradient, so gradients sum to the mean. */
+  st = t->config.loss->ops->forward_backward(t->config.loss, &exec, logits, y, (float)(scale / t->config.accum),
+                                             loss, t->dlogits, NULL);
+  if (st != LAMP_OK) return st;
+  if (!isfinite(*loss) && !(t->policy.flags & LAMP_POLICY_LOSS_SCALING))
+    return lamp_error(LAMP_ERR_NUMERIC, "Trainer: loss is %g at step %llu; training cannot continue (lower the learning rate or enable clipping)",
+                      *loss, (unsigned long long)t->stats.steps + 1);
+  return lamp_model_backward(t->model, t->dlogits);
+}
+
+/* Sums gradients over ranks, then unscales by 1/(S*N) and checks in one pass. */
+static lamp_status reduce_and_unscale(lamp_trainer *t, double scale, int *found_inf) {
+  float *grads = lamp_tensor_data(lamp_model_grads(t->model));
+  size_t n = lamp_model_numel(t->model);
+  int world = t->stats.world;
+  if (world > 1) {
+    lamp_status st = lamp_comm_all_reduce(t->config.comm, grads, n, LAMP_F32, LAMP_REDUCE_SUM, t->config.device);
+    if (st != LAMP_OK) return st;
+  }
+  *found_inf = 0;
+  /* The reciprocal in double, as PyTorch does: fp32 division can be inexact for large S. */
+  float inv = (float)(1.0 / (scale * (double)world));
+  return lamp_unscale_and_check(t->config.device, grads, n, inv, found_inf);
+}
+
+static lamp_status clip_coefficient(lamp_trainer *t, double *coef) {
+  double sumsq;
+  lamp_status st = lamp_sum_squares(t->config.device, lamp_tensor_data(lamp_model_grads(t->model)),
+                                    lamp_model_numel(t->model), &sumsq);
+  if (st != LAMP_OK) return st;
+  t->stats.grad_norm = sqrt(sumsq);
+  *coef = 1.0;
+  /* PyTorch's clip_grad_norm_: scale by max_norm / (norm + 1e-6) only when that is < 1. */
+  if (t->config.clip > 0.0) {
+    double c = t->config.clip / (t->stats.grad_norm + 1e-6);
+    if (c < 1.0) *coef = c;
+  }
+  return LAMP_OK;
+}
+
+static lamp_status optimizer_step(lamp_trainer *t) {
+  double coef;
+  lamp_status st = clip_coefficient(t, &coef);
+  if (st != LAMP_OK) return st;
+  double lr = lamp_schedule_lr(&t->config.schedule, t->base_lr, t->stats.steps);
+  lamp_optim_step step = {
+      .device = t->config.device,
+      .n = lamp_model_numel(t->model),
+      .params = lamp_model_trainable(t->model),
+      .grads = lamp_tensor_data(lamp_model_grads(t->model)),
+      .slots = t->slots,
+      .segments = t->segments,
+      .n_segments = t->n_segments,
+      .step = t->stats.steps + 1,
+      .lr = lr,
+      .grad_scale = coef,
+  };
+  st = lamp_optim_apply(t->config.optim, &step);
+  if (st != LAMP_OK) return st;
+  t->stats.lr = lr;
+  t->stats.steps++;
+  return lamp_model_sync_weights(t->model);
+}
+
+static lamp_status finish_accumulation_group(lamp_trainer *t, double scale) {
+  int found_inf;
+  lamp_status st = reduce_and_unscale(t, scale, &found_inf);
+  if (st != LAMP_OK) return st;
+  int skip = 0;
+  st = lamp_precision_update(t->config.precision, found_inf, &skip);
+  if (st != LAMP_OK) return st;
+  if (found_inf && !skip)
+    return lamp_error(LAMP_ERR_NUMERIC, "Trainer: gradients contain inf/NaN at step %llu and precision '%s' does not skip such steps",
+                      (unsigned long long)t->stats.steps + 1, lamp_precision_handle(t->config.precision)->desc->name);
+  if (skip) {
+    t->stats.skipped_steps++;
+    lamp_log(LAMP_LOG_DEBUG, "trainer", "step skipped: inf/NaN in gradients at loss scale %g", scale);
+  } else {
+    st = optimizer_step(t);
+    if (st != LAMP_OK) return st;
+  }
+  t->stats.loss_scale = lamp_precision_loss_scale(t->config.precision);
+  return LAMP_OK;
+}
+
+lamp_status lamp_trainer_step(lamp_trainer *t, const lamp_tensor *x, const lamp_tensor *y) {
+  lamp_status st;
+  if (t->micro == 0 && (st = lamp_model_zero_grads(t->model)) != LAMP_OK) return st;
+  double scale = lamp_precision_loss_scale(t->config.precision);
+  double loss;
+  st = forward_backward(t, x, y, scale, &loss);
+  if (st != LAMP_OK) return st;
+  size_t batch = x->ndim > 0 ? (size_t)x->shape[0] : 1;
+  t->stats.last_loss = loss;
+  t->stats.micro_steps++;
+  t->stats.samples += batch;
+  t->stats.batch = batch;
+  t->stats.effective_batch = batch * (size_t)t->stats.world * (size_t)t->config.accum;
+  if (++t->micro < t->config.accum) return LAMP_OK; /* no communication before the last micro-step */
+  t->micro = 0;
+  return finish_accumulation_group(t, scale);
+}
+
+/* ---- epochs and evaluation ---------------------------------------------------------------- */
+
+lamp_status lamp_trainer_epoch(lamp_trainer *t, lamp_loader *loader, lamp_epoch_result *result) {
+  memset(result, 0, sizeof *result);
+  lamp_status st = lamp_loader_start_epoch(loader, t->epochs_done);
+  if (st != LAMP_OK) return st;
+  lamp_progress progress;
+  lamp_progress_start(&progress, t->epochs_done + 1, lamp_loader_batches_per_epoch(loader), t->stats.world);
+  double loss_sum = 0.0;
+  uint64_t batches = 0;
+  for (;;) {
+    lamp_tensor *x, *y;
+    int has_batch;
+    if ((st = lamp_loader_next(loader, &x, &y, &has_batch)) != LAMP_OK) return st;
+    if (!has_batch) break;
+    if ((st = lamp_trainer_step(t, x, y)) != LAMP_OK) return st;
+    loss_sum += t->stats.last_loss;
+    batches++;
+    result->samples += (uint64_t)x->shape[0];
+    lamp_progress_update(&progress, batches, result->samples, loss_sum / (double)batches, t->stats.lr,
+                         t->stats.loss_scale, t->stats.skipped_steps);
+  }
+  result->mean_loss = batches ? loss_sum / (double)batches : 0.0;
+  result->seconds = lamp_progress_finish(&progress, batches, result->samples, result->mean_loss, t->stats.lr,
+                                         t->stats.loss_scale, t->stats.skipped_steps);
+  result->samples_per_second = result->seconds > 0 ? (double)result->samples * t->stats.world / result->seconds : 0.0;
+  t->epochs_done++;
+  return LAMP_OK;
+}
+
+lamp_status lamp_trainer_evaluate(lamp_trainer *t, lamp_loader *loader, lamp_eval_result *result) {
+  memset(result, 0, sizeof *result);
+  lamp_status st = lamp_loader_start_epoch(loader, 0);
+  if (st != LAMP_OK) return st;
+  lamp_exec exec = {t->config.device, (lamp_dtype)t->policy.compute_dtype,
+                    (lamp_dtype)t->policy.activation_dtype, 0};
+  double sums[3] = {0.0, 0.0, 0.0}; /* loss * rows, correct, rows */
+  for (;;) {
+    lamp_tensor *x, *y;
+    int has_batch;
+    if ((st = lamp_loader_next(loader, &x, &y, &has_batch)) != LAMP_OK) return st;
+    if (!has_batch) break;
+    const lamp_tensor *logits;
+    if ((st = lamp_model_forward(t->model, x, 0, &logits)) != LAMP_OK) return st;
+    double loss;
+    size_t correct;
+    st = t->config.loss->ops->forward_backward(t->config.loss, &exec, logits, y, 1.0f, &loss, NULL, &correct);
+    if (st != LAMP_OK) return st;
+    sums[0] += loss * (double)x->shape[0];
+    sums[1] += (double)correct;
+    sums[2] += (double)x->shape[0];
+  }
+  if (t->stats.world > 1) {
+    float packed[3] = {(float)sums[0], (float)sums[1], (float)sums[2]};
+    st = lamp_comm_all_reduce(t->config.comm, packed, 3, LAMP_F32, LAMP_REDUCE_SUM, LAMP_CPU);
+    if (st != LAMP_OK) return st;
+    for (int i = 0; i < 3; i++) sums[i] = packed[i];
+  }
+  result->samples = (uint64_t)sums[2];
+  result->mean_loss = sums[2] > 0 ? sums[0] / sums[2] : 0.0;
+  result->accuracy = sums[2] > 0 ? sums[1] / sums[2] : 0.0;
+  return LAMP_OK;
+}
+
+lamp_status lamp_trainer_stats_get(lamp_trainer *t, lamp_trainer_stats *out) {
+  lamp_scaler_stats scaler = {.struct_size = sizeof scaler};
+  lamp_status st = lamp_precision_stats(t->config.precision, &scaler);
+  if (st != LAMP_OK) return st;
+  t->stats.loss_scale = scaler.scale;
+  *out = t->stats;
+  return LAMP_OK;
+}
+
+lamp_model *lamp_trainer_model(lamp_trainer *t) { return t->model; }
+
+uint64_t lamp_trainer_epochs_done(const lamp_trainer *t) { return t->epochs_done; }

@@ -1,0 +1,83 @@
+/*
+** The training step, usable from C without Lua. One optimizer step runs, in order:
+**
+**   forward -> loss (scaled by the precision policy's S, divided by the accumulation count)
+**   -> backward (gradients accumulate in the fp32 slab) -> [last micro-step only]
+**   all-reduce (sum) through the communicator -> unscale-and-check (x 1/(S*N), one pass)
+**   -> scaler update decides skip -> clip -> optimizer step on the fp32 slab
+**   -> refresh 16-bit weights.
+**
+** Gradients are all-reduced before the check, so every rank sees the same inf/NaN and makes
+** the same skip decision without extra communication.
+*/
+#ifndef LAMP_TRAIN_TRAINER_H
+#define LAMP_TRAIN_TRAINER_H
+
+#include <stdint.h>
+
+#include "data/loader.h"
+#include "nn/loss.h"
+#include "nn/model.h"
+#include "plugin/instance.h"
+#include "train/schedule.h"
+
+typedef struct lamp_trainer lamp_trainer;
+
+typedef struct lamp_trainer_config {
+  lamp_layer *model;          /* root layer; the trainer builds the model from it */
+  lamp_loss *loss;
+  lamp_precision *precision;  /* borrowed: must outlive the trainer */
+  lamp_comm *comm;            /* borrowed */
+  lamp_optim *optim;          /* borrowed */
+  lamp_device device;
+  int accum;                  /* micro-batches per optimizer step, >= 1 */
+  double clip;                /* global-norm clipping threshold; 0 disables */
+  lamp_schedule schedule;
+  uint64_t seed;              /* parameter initialisation (rank 0's is broadcast) */
+} lamp_trainer_config;
+
+typedef struct lamp_trainer_stats {
+  uint64_t steps;             /* optimizer steps taken */
+  uint64_t skipped_steps;     /* optimizer steps skipped on inf/NaN */
+  uint64_t micro_steps;       /* forward/backward passes */
+  uint64_t samples;           /* samples seen by this rank */
+  double last_loss;           /* mean loss of the last micro-batch (unscaled) */
+  double grad_norm;           /* global norm of the last step's averaged, unscaled gradients */
+  double lr;                  /* learning rate of the last step */
+  double loss_scale;          /* current S */
+  int world;                  /* ranks */
+  size_t batch;               /* per-rank micro-batch size of the last step */
+  size_t effective_batch;     /* B_eff = batch x ranks x accum */
+} lamp_trainer_stats;
+
+/* What one epoch measured. */
+typedef struct lamp_epoch_result {
+  double mean_loss;           /* over the epoch's micro-batches on this rank */
+  uint64_t samples;           /* this rank */
+  double seconds;
+  double samples_per_second;  /* all ranks together */
+} lamp_epoch_result;
+
+typedef struct lamp_eval_result {
+  double mean_loss;
+  double accuracy;            /* in [0, 1] */
+  uint64_t samples;
+} lamp_eval_result;
+
+lamp_status lamp_trainer_new(lamp_trainer **out, const lamp_trainer_config *config);
+void lamp_trainer_free(lamp_trainer *t);
+
+/* One micro-batch; takes an optimizer step when it completes an accumulation group. */
+lamp_status lamp_trainer_step(lamp_trainer *t, const lamp_tensor *x, const lamp_tensor *y);
+
+/* One pass over the loader (epoch number = how many epochs this trainer has run). */
+lamp_status lamp_trainer_epoch(lamp_trainer *t, lamp_loader *loader, lamp_epoch_result *result);
+
+/* Accuracy and loss without touching gradients or optimizer state. */
+lamp_status lamp_trainer_evaluate(lamp_trainer *t, lamp_loader *loader, lamp_eval_result *result);
+
+lamp_status lamp_trainer_stats_get(lamp_trainer *t, lamp_trainer_stats *out);
+lamp_model *lamp_trainer_model(lamp_trainer *t);
+uint64_t lamp_trainer_epochs_done(const lamp_trainer *t);
+
+#endif
