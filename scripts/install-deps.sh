@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# Installs the Debian packages lamp needs, if any are missing. Usage: scripts/install-deps.sh [--bench]
+# (--bench adds python3-torch for the PyTorch comparisons). Safe to run repeatedly.
+set -euo pipefail
+
+packages=(build-essential cmake pkg-config liblua5.4-dev libcmocka-dev libopenblas-dev zlib1g-dev
+          dataset-fashion-mnist)
+if [[ "${1:-}" == "--bench" ]]; then packages+=(python3-torch python3-numpy); fi
+
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+[[ ${#missing[@]} -eq 0 ]] && exit 0
+
+echo "install-deps: installing ${missing[*]}"
+sudo=""
+if [[ $(id -u) -ne 0 ]]; then
+  command -v sudo >/dev/null || { echo "install-deps: need root or sudo to install ${missing[*]}" >&2; exit 1; }
+  sudo="sudo"
+fi
+export DEBIAN_FRONTEND=noninteractive
+$sudo apt-get update -qq
+$sudo apt-get install -y -qq --no-install-recommends "${missing[@]}"

@@ -1,0 +1,85 @@
+-- The Lua face: argument parsing, option validation, object lifetimes and error messages.
+local lamp = require "lamp"
+local nn = lamp.nn
+
+local function expect_error(fn, expected)
+  local ok, err = pcall(fn)
+  assert(not ok, "expected an error containing: " .. expected)
+  err = tostring(err)
+  if not err:find(expected, 1, true) then
+    error(string.format("error message mismatch\n  expected to contain: %s\n  got: %s", expected, err), 2)
+  end
+end
+
+-- parse_args: numbers, booleans, flags, positionals, defaults, unknown keys.
+local a = lamp.parse_args({ "--epochs=3", "--lr=0.1", "--shuffle=false", "--verbose", "file.txt", "--name=x" })
+assert(a.epochs == 3 and math.type(a.epochs) == "integer")
+assert(a.lr == 0.1 and a.shuffle == false and a.verbose == true and a.name == "x" and a[1] == "file.txt")
+local d = lamp.parse_args({ "--epochs=2" }, { epochs = 1, batch = 128 })
+assert(d.epochs == 2 and d.batch == 128)
+expect_error(function() lamp.parse_args({ "--epoch=2" }, { epochs = 1, batch = 128 }) end,
+  "unknown argument --epoch; valid arguments: --batch, --epochs")
+
+-- Layers and containers.
+local model = nn.Sequential { nn.Linear(4, 3), nn.ReLU(), nn.Linear(3, 2) }
+assert(model:parameters() == 4 * 3 + 3 + 3 * 2 + 2)
+assert(model:type() == "Sequential")
+assert(tostring(model):find("Linear(4 -> 3)", 1, true), tostring(model))
+expect_error(function() nn.Sequential { nn.ReLU(), 42 } end, "nn.Sequential: element 2 is a number, expected a layer")
+expect_error(function() nn.Sequential {} end, "nn.Sequential: expected a list of layers, got an empty table")
+expect_error(function() nn.Linear(0, 3) end, "nn.Linear: in_features must be a positive integer, got 0")
+
+-- Deterministic finalisation: close twice is harmless, use after close is an error.
+local relu = nn.ReLU()
+relu:close()
+relu:close()
+expect_error(function() relu:type() end, "attempt to use a closed lamp.Layer")
+do
+  local l <close> = nn.Linear(2, 2)
+  assert(l:parameters() == 6)
+end
+
+-- Plugin options are validated against what the plugin declares.
+local sgd = lamp.optim("sgd", { lr = 0.5, momentum = 0.9 })
+assert(sgd:get("lr") == 0.5 and sgd:name() == "sgd")
+expect_error(function() lamp.optim("sgd", { lr = "fast" }) end, "optim: option 'lr' must be a number or a boolean, got string")
+local precision = lamp.precision("fp32")
+local policy = precision:policy()
+assert(policy.weight_dtype == "f32" and policy.compute_dtype == "f32" and not policy.master_weights)
+local comm = lamp.comm("single")
+assert(comm:rank() == 0 and comm:size() == 1)
+comm:barrier()
+
+-- Trainer configuration errors name the field.
+local base = { model = model, loss = nn.CrossEntropy(), precision = precision, comm = comm, optim = sgd }
+local function with(changes)
+  local t = {}
+  for k, v in pairs(base) do t[k] = v end
+  for k, v in pairs(changes) do t[k] = v end
+  return t
+end
+expect_error(function() lamp.Trainer(with { epochs = 3 }) end, "Trainer: unknown field 'epochs'; valid fields: model, loss, precision, comm, optim, accum, clip, schedule, seed")
+expect_error(function() lamp.Trainer(with { optim = false }) end, "Trainer: 'optim' must be a lamp.Optim, got boolean")
+expect_error(function()
+  local t = with {}
+  t.precision = nil
+  lamp.Trainer(t)
+end, "Trainer: 'precision' is required (e.g. lamp.precision('fp32'))")
+expect_error(function() lamp.Trainer(with { accum = 0 }) end, "Trainer: 'accum' must be >= 1, got 0")
+expect_error(function() lamp.Trainer(with { schedule = "linear" }) end, "Trainer: unknown schedule 'linear'; valid schedules: constant, cosine")
+expect_error(function() lamp.lr.cosine { total = 0 } end, "lr.cosine: 'total' (optimizer steps) must be positive, got 0")
+
+-- A trainer pins the plugin objects it uses: closing them under it is refused.
+local trainer = lamp.Trainer(with { seed = 1 })
+assert(trainer:parameters() == model:parameters())
+expect_error(function() sgd:close() end, "cannot close this lamp.Optim: a lamp.Trainer still uses it")
+trainer:close()
+sgd:close()
+
+-- Memory ledger as a table.
+local mem = lamp.memory()
+for _, k in ipairs { "params", "grads", "master", "optim_state", "activations", "workspace", "data", "total" } do
+  assert(type(mem[k].current) == "number" and type(mem[k].peak) == "number", k)
+end
+assert(mem.total.peak >= mem.total.current)
+print("ok")
