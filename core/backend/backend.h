@@ -33,11 +33,12 @@ lamp_status lamp_fill(lamp_device device, void *x, lamp_dtype dtype, size_t n, f
 lamp_status lamp_add_bias_rows(lamp_device device, void *y, lamp_dtype y_dtype, const void *bias,
                                lamp_dtype bias_dtype, size_t rows, size_t cols);
 
-/* out[c] = beta * out[c] + alpha * sum_r dy[r, c] (the bias gradient); out is fp32. */
+/* out[c] = beta * out[c] + alpha * sum_r dy[r, c] (the bias gradient); out is fp32 and is not
+   read when beta == 0. */
 lamp_status lamp_sum_rows(lamp_device device, float *out, const void *dy, lamp_dtype dy_dtype,
                           size_t rows, size_t cols, float alpha, float beta);
 
-/* y = max(x, 0); y and x may alias. */
+/* y = max(x, 0); y and x may alias. NaN passes through; -0 becomes +0. */
 lamp_status lamp_relu_forward(lamp_device device, void *y, const void *x, lamp_dtype dtype,
                               size_t n);
 
@@ -57,7 +58,8 @@ lamp_status lamp_cross_entropy(lamp_device device, const void *logits, lamp_dtyp
                                float grad_scale, double *loss, void *dlogits,
                                lamp_dtype dlogits_dtype, size_t *correct);
 
-/* out[r] = index of the largest of row r's `cols` values (first one on ties). */
+/* out[r] = index of the largest of row r's `cols` values (first one on ties; NaN counts as the
+   largest, as in PyTorch). cols == 0 is an error. */
 lamp_status lamp_argmax_rows(lamp_device device, int32_t *out, const void *x, lamp_dtype dtype,
                              size_t rows, size_t cols);
 
@@ -73,5 +75,11 @@ lamp_status lamp_axpy(lamp_device device, float *y, const float *x, size_t n, fl
 
 /* *out = sum of x[i]^2, accumulated in double (for global-norm clipping). */
 lamp_status lamp_sum_squares(lamp_device device, const float *x, size_t n, double *out);
+
+/*
+** 16-bit GEMM inputs are widened into a per-thread workspace that is kept between calls (and
+** charged to the ledger as workspace); this returns it now rather than at thread exit.
+*/
+void lamp_backend_release_workspace(void);
 
 #endif

@@ -34,3 +34,11 @@ void lamp_cli_tune_blas(char **argv) {
   /* exec failed: carry on with the generic kernels, which are slower but correct. */
   unsetenv("OPENBLAS_CORETYPE");
 }
+
+const char *lamp_cli_blas_description(void) {
+  static char description[256];
+  const char *config = openblas_get_config();
+  const char *core = openblas_get_corename();
+  snprintf(description, sizeof description, "%s (core %s)", config ? config : "OpenBLAS", core ? core : "unknown");
+  return description;
+}

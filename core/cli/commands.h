@@ -9,4 +9,7 @@ int lamp_cmd_plugin_info(const char *path);
 /* Re-executes once with a faster OpenBLAS kernel where the library misdetects the CPU. */
 void lamp_cli_tune_blas(char **argv);
 
+/* "OpenBLAS 0.3.21 ... (core SkylakeX)": what GEMM runs on, for --version and benchmarks. */
+const char *lamp_cli_blas_description(void);
+
 #endif

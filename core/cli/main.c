@@ -34,6 +34,7 @@ int main(int argc, char **argv) {
   }
   if (strcmp(cmd, "--version") == 0) {
     printf("lamp %s (plugin ABI %d.%d)\n", LAMP_CLI_VERSION, LAMP_ABI_MAJOR, LAMP_ABI_MINOR);
+    printf("blas %s\n", lamp_cli_blas_description());
     return 0;
   }
   if (strcmp(cmd, "plugins") == 0) return lamp_cmd_plugins();

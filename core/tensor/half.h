@@ -1,7 +1,8 @@
 /*
 ** fp16 (IEEE binary16) and bf16 conversions. float -> 16-bit rounds to nearest, ties to even;
 ** NaN stays NaN (quiet, sign kept); values beyond the largest finite 16-bit value become
-** ±inf; subnormals are produced and read exactly. 16-bit -> float is exact.
+** ±inf; subnormals are produced and read exactly. 16-bit -> float is exact for every number;
+** an fp16 signalling NaN comes back quiet (as F16C does), a bf16 NaN keeps its bits.
 */
 #ifndef LAMP_TENSOR_HALF_H
 #define LAMP_TENSOR_HALF_H

@@ -166,8 +166,8 @@ static lamp_status forward_backward(lamp_trainer *t, const lamp_tensor *x, const
                                              loss, t->dlogits, NULL);
   if (st != LAMP_OK) return st;
   if (!isfinite(*loss) && !(t->policy.flags & LAMP_POLICY_LOSS_SCALING))
-    return lamp_error(LAMP_ERR_NUMERIC, "Trainer: loss is %g at step %llu; training cannot continue (lower the learning rate or enable clipping)",
-                      *loss, (unsigned long long)t->stats.steps + 1);
+    return lamp_error(LAMP_ERR_NUMERIC, "Trainer: loss is %s at step %llu; training cannot continue (lower the learning rate or enable clipping)",
+                      isnan(*loss) ? "NaN" : (*loss > 0 ? "+inf" : "-inf"), (unsigned long long)t->stats.steps + 1);
   return lamp_model_backward(t->model, t->dlogits);
 }
 
@@ -181,23 +181,25 @@ static lamp_status reduce_and_unscale(lamp_trainer *t, double scale, int *found_
     if (st != LAMP_OK) return st;
   }
   *found_inf = 0;
+  /* Nothing to unscale and no scaler to inform: skip a pass over every gradient. A NaN still
+     surfaces, through the loss check of the next step. */
+  if (world == 1 && scale == 1.0 && !(t->policy.flags & LAMP_POLICY_LOSS_SCALING)) return LAMP_OK;
   /* The reciprocal in double, as PyTorch does: fp32 division can be inexact for large S. */
   float inv = (float)(1.0 / (scale * (double)world));
   return lamp_unscale_and_check(t->config.device, grads, n, inv, found_inf);
 }
 
 static lamp_status clip_coefficient(lamp_trainer *t, double *coef) {
+  *coef = 1.0;
+  if (t->config.clip == 0.0) return LAMP_OK; /* the norm costs a pass; only clipping needs it */
   double sumsq;
   lamp_status st = lamp_sum_squares(t->config.device, lamp_tensor_data(lamp_model_grads(t->model)),
                                     lamp_model_numel(t->model), &sumsq);
   if (st != LAMP_OK) return st;
   t->stats.grad_norm = sqrt(sumsq);
-  *coef = 1.0;
   /* PyTorch's clip_grad_norm_: scale by max_norm / (norm + 1e-6) only when that is < 1. */
-  if (t->config.clip > 0.0) {
-    double c = t->config.clip / (t->stats.grad_norm + 1e-6);
-    if (c < 1.0) *coef = c;
-  }
+  double c = t->config.clip / (t->stats.grad_norm + 1e-6);
+  if (c < 1.0) *coef = c;
   return LAMP_OK;
 }
 

@@ -42,7 +42,8 @@ typedef struct lamp_trainer_stats {
   uint64_t micro_steps;       /* forward/backward passes */
   uint64_t samples;           /* samples seen by this rank */
   double last_loss;           /* mean loss of the last micro-batch (unscaled) */
-  double grad_norm;           /* global norm of the last step's averaged, unscaled gradients */
+  double grad_norm;           /* global norm of the last step's averaged, unscaled gradients
+                                 (computed when clipping is on, else 0) */
   double lr;                  /* learning rate of the last step */
   double loss_scale;          /* current S */
   int world;                  /* ranks */

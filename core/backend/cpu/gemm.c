@@ -225,3 +225,5 @@ lamp_status lamp_gemm(lamp_device device, int trans_a, int trans_b, size_t m, si
   if (s != LAMP_OK) return s;
   return gemm_cpu(trans_a, trans_b, m, n, k, alpha, &sa, &sb, beta, c, c_dtype, ldc);
 }
+
+void lamp_backend_release_workspace(void) { lamp_cpu_gemm_release_workspace(); }
