@@ -7,6 +7,7 @@
 
 #define BAR_WIDTH 24
 #define REDRAW_SECONDS 0.2
+#define PLAIN_LINE_SECONDS 10.0
 
 static double now_seconds(void) {
   struct timespec ts;
@@ -32,9 +33,13 @@ static void format_scaler(char *buf, size_t size, double scale, uint64_t skipped
 
 void lamp_progress_update(lamp_progress *p, uint64_t batches, uint64_t samples, double loss, double lr,
                           double scale, uint64_t skipped) {
-  if (!lamp_log_is_terminal()) return;
+  /* A terminal redraws the bar often; a log file gets a plain line now and then. */
+  int terminal = lamp_log_is_terminal();
   double now = now_seconds();
-  if (now - p->last_draw < REDRAW_SECONDS && batches < p->total_batches) return;
+  if (terminal && now - p->last_draw < REDRAW_SECONDS && batches < p->total_batches) return;
+  if (!terminal && (now - (p->last_draw > 0 ? p->last_draw : p->started) < PLAIN_LINE_SECONDS ||
+                    batches >= p->total_batches))
+    return;
   p->last_draw = now;
   char bar[BAR_WIDTH + 1];
   size_t filled = p->total_batches ? (size_t)(BAR_WIDTH * batches / p->total_batches) : BAR_WIDTH;
@@ -47,7 +52,7 @@ void lamp_progress_update(lamp_progress *p, uint64_t batches, uint64_t samples, 
   snprintf(line, sizeof line, "epoch %llu [%s] %llu/%zu  loss %.4f  lr %.4g  %.0f samples/s%s",
            (unsigned long long)p->epoch, bar, (unsigned long long)batches, p->total_batches, loss, lr,
            elapsed > 0 ? (double)samples * p->world / elapsed : 0.0, scaler);
-  lamp_log_progress(line, 0);
+  lamp_log_progress(line, !terminal);
 }
 
 double lamp_progress_finish(lamp_progress *p, uint64_t batches, uint64_t samples, double loss, double lr,

@@ -63,5 +63,22 @@ contains "an unknown script argument lists the valid ones" "$out" "unknown argum
 out=$("$lamp" scripts/fmnist_mlp.lua --limit=1000 --lr=5000 2>&1); check "a NaN loss exits 1" $(( $? == 1 ? 0 : 1 ))
 contains "a NaN loss is a clear error" "$out" "training cannot continue (lower the learning rate or enable clipping)"
 
+# Only the entry symbol leaves a plugin (-fvisibility=hidden): nothing to collide with the host.
+for so in "$(dirname "$lamp")"/plugins/*/*.so; do
+  syms=$(nm -D --defined-only "$so" | awk '$2 ~ /[TDBR]/ {print $3}' | sort | tr '\n' ' ')
+  [[ "$syms" == "lamp_plugin_entry_v1 " ]]
+  check "$so exports only lamp_plugin_entry_v1 (found: $syms)" $?
+done
+
+# A stranger's plugin: built from the public headers alone with a bare compiler, then used by path.
+cc -std=c11 -Wall -Wextra -Werror -O2 -fPIC -shared -fvisibility=hidden -I "$src/core/include" \
+  "$src/tests/cli/example_plugin/plain_sgd.c" -o "$tmp/plain_sgd.so"
+check "the example plugin builds against core/include alone" $?
+out=$("$lamp" plugin-info "$tmp/plain_sgd.so"); check "plugin-info reads the example plugin" $?
+contains "plugin-info shows the example's name" "$out" "name        plain_sgd"
+out=$("$lamp" "$src/tests/cli/example_plugin/train_with.lua" "$tmp/plain_sgd.so" 2>&1)
+check "training with the example plugin succeeds" $?
+contains "the example plugin is announced" "$out" "optim: plain_sgd 0.1 (ABI 1.0) from $tmp/plain_sgd.so"
+
 echo "cli: $passed passed, $failed failed"
 [[ $failed -eq 0 ]]
