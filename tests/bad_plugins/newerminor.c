@@ -1,29 +1,6 @@
-/*
-** A well-formed optimizer built against a future ABI 1.7 whose table grew two members. The core
-** accepts it and uses only the members it knows.
-*/
-#include "lamp/plugin.h"
-
-static int probe(const lamp_host *h, char *reason, size_t size) {
-  (void)h;
-  if (size > 0) reason[0] = '\0';
-  return 1;
-}
-static lamp_status create(const lamp_host *h, lamp_ctx *ctx, const double *p, void **opt) {
-  (void)h, (void)ctx, (void)p;
-  *opt = 0;
-  return LAMP_OK;
-}
-static void destroy(void *opt) { (void)opt; }
-static lamp_status slots(void *opt, lamp_optim_slot *out, uint32_t max, uint32_t *n) {
-  (void)opt, (void)out, (void)max;
-  *n = 0;
-  return LAMP_OK;
-}
-static lamp_status step(void *opt, const lamp_optim_step *s) {
-  (void)opt, (void)s;
-  return LAMP_OK;
-}
+/* Valid: a newer minor is accepted (rule 2). Built against a future ABI 1.7 whose table grew
+** two members; the core uses only the members it knows. */
+#include "fake_optim.h"
 
 typedef struct optim_v1_7 {
   lamp_optim_v1 v1;
@@ -39,11 +16,11 @@ static const optim_v1_7 table = {
                    .kind = LAMP_KIND_OPTIM,
                    .name = "newerminor",
                    .version = "0.1",
-                   .probe = probe},
-           .create = create,
-           .destroy = destroy,
-           .slots = slots,
-           .step = step},
+                   .probe = fake_probe},
+           .create = fake_create,
+           .destroy = fake_destroy,
+           .slots = fake_slots,
+           .step = fake_step},
 };
 
 LAMP_PLUGIN_EXPORT const lamp_plugin *lamp_plugin_entry_v1(const lamp_host *host) {

@@ -1,32 +1,4 @@
-/* An optimizer whose required create is NULL: "required function 'create' is NULL". */
-#include "lamp/plugin.h"
-
-static int probe(const lamp_host *h, char *reason, size_t size) {
-  (void)h;
-  if (size > 0) reason[0] = '\0';
-  return 1;
-}
-static void destroy(void *opt) { (void)opt; }
-static lamp_status slots(void *opt, lamp_optim_slot *out, uint32_t max, uint32_t *n) {
-  (void)opt, (void)out, (void)max;
-  *n = 0;
-  return LAMP_OK;
-}
-static lamp_status step(void *opt, const lamp_optim_step *s) {
-  (void)opt, (void)s;
-  return LAMP_OK;
-}
-
-static const lamp_optim_v1 table = {
-    .hdr = {LAMP_PLUGIN_HEADER(LAMP_KIND_OPTIM, lamp_optim_v1, "nofn", "0.1", "bad plugin"),
-            .probe = probe},
-    .create = NULL,
-    .destroy = destroy,
-    .slots = slots,
-    .step = step,
-};
-
-LAMP_PLUGIN_EXPORT const lamp_plugin *lamp_plugin_entry_v1(const lamp_host *host) {
-  (void)host;
-  return &table.hdr;
-}
+/* Required function missing: "<path>: required function 'create' is NULL". */
+#define FAKE_NAME "nofn"
+#define FAKE_CREATE NULL
+#include "fake_optim.h"

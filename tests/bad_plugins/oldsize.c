@@ -1,63 +1,15 @@
-/* A precision plugin from before save/load_state existed: struct_size stops at stats.
-** Its save_state lies past struct_size, so the core must treat it as absent and never call it. */
+/* Valid: an older, smaller table is accepted (rule 2), so loading state says "oldsize: has no
+** scaler state, ...". struct_size stops at stats, from before save/load_state existed: its
+** save_state lies past struct_size, so the core must treat it as absent and never call it. */
 #include "lamp/plugin.h"
 
-static int probe(const lamp_host *h, char *reason, size_t size) {
-  (void)h;
-  if (size > 0) reason[0] = '\0';
-  return 1;
-}
-static lamp_status create(const lamp_host *h, lamp_ctx *ctx, const double *p, void **state) {
-  (void)h, (void)ctx, (void)p;
-  *state = 0;
-  return LAMP_OK;
-}
-static void destroy(void *state) { (void)state; }
-static lamp_status policy(void *state, lamp_precision_policy *out) {
-  (void)state;
-  out->weight_dtype = out->compute_dtype = out->activation_dtype = LAMP_F32;
-  out->grad_dtype = out->accum_dtype = LAMP_F32;
-  return LAMP_OK;
-}
-static double loss_scale(void *state) {
-  (void)state;
-  return 1.0;
-}
-static lamp_status update(void *state, int found_inf, int *skip) {
-  (void)state, (void)found_inf;
-  *skip = 0;
-  return LAMP_OK;
-}
-static lamp_status stats(void *state, lamp_scaler_stats *out) {
-  (void)state;
-  out->scale = 1.0;
-  return LAMP_OK;
-}
 static lamp_status save_state_never(void *state, void *buf, size_t *size) {
   (void)state, (void)buf;
   *size = 999; /* a test sees this if the core wrongly calls past struct_size */
   return LAMP_ERR_INTERNAL;
 }
 
-static const lamp_precision_v1 table = {
-    .hdr = {.magic = LAMP_PLUGIN_MAGIC,
-            .struct_size = offsetof(lamp_precision_v1, save_state),
-            .abi_major = LAMP_ABI_MAJOR,
-            .abi_minor = LAMP_ABI_MINOR,
-            .kind = LAMP_KIND_PRECISION,
-            .name = "oldsize",
-            .version = "0.1",
-            .probe = probe},
-    .create = create,
-    .destroy = destroy,
-    .policy = policy,
-    .loss_scale = loss_scale,
-    .update = update,
-    .stats = stats,
-    .save_state = save_state_never,
-};
-
-LAMP_PLUGIN_EXPORT const lamp_plugin *lamp_plugin_entry_v1(const lamp_host *host) {
-  (void)host;
-  return &table.hdr;
-}
+#define FAKE_NAME "oldsize"
+#define FAKE_STRUCT_SIZE offsetof(lamp_precision_v1, save_state)
+#define FAKE_SAVE_STATE save_state_never
+#include "fake_precision.h"

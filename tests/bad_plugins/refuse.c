@@ -1,4 +1,4 @@
-/* Inspects the host and refuses through set_error(NULL, ...): "returned NULL: refusing: ...". */
+/* Entry returned NULL via set_error(NULL, ...): "<path>: ... returned NULL: refusing: ...". */
 #include "lamp/plugin.h"
 
 LAMP_PLUGIN_EXPORT const lamp_plugin *lamp_plugin_entry_v1(const lamp_host *host) {

@@ -1,4 +1,4 @@
-/* Calls a function nothing defines: RTLD_NOW makes dlopen fail with "undefined symbol". */
+/* dlopen error (RTLD_NOW): "cannot load plugin <path>: undefined symbol: lamp_function_...". */
 #include "lamp/plugin.h"
 
 extern int lamp_function_nobody_defines(void);

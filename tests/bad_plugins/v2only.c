@@ -1,4 +1,4 @@
-/* Built for a future core: only lamp_plugin_entry_v2 exists ("built for a newer core"). */
+/* No v1 entry, a _v2 one: "<path>: built for a newer core: exports lamp_plugin_entry_v2, ...". */
 #include "lamp/plugin.h"
 
 LAMP_PLUGIN_EXPORT const void *lamp_plugin_entry_v2(const void *host);

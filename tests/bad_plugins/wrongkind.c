@@ -1,5 +1,4 @@
-/* A valid communicator, loaded by the tests as a precision plugin: "is a comm plugin, expected
-   precision". */
+/* Wrong kind, a comm plugin scoring 0: "<path>: is a comm plugin, expected precision". */
 #include "lamp/plugin.h"
 
 static int probe(const lamp_host *h, char *reason, size_t size) {

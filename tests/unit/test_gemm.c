@@ -25,6 +25,7 @@
 #include "tensor/dtype.h"
 #include "tensor/half.h"
 #include "tensor/ledger.h"
+#include "test_support.h"
 
 /* ---- data --------------------------------------------------------------------------------- */
 
@@ -54,17 +55,9 @@ typedef struct matrix {
   size_t rows, cols, ld;
 } matrix;
 
-static void store_value(matrix *x, size_t index, float v) {
-  if (x->dtype == LAMP_F32) ((float *)x->data)[index] = v;
-  else if (x->dtype == LAMP_F16) ((uint16_t *)x->data)[index] = lamp_f32_to_f16(v);
-  else ((uint16_t *)x->data)[index] = lamp_f32_to_bf16(v);
-}
+static void store_value(matrix *x, size_t index, float v) { store_f32_as(x->dtype, x->data, index, v); }
 
-static float load_value(const matrix *x, size_t index) {
-  if (x->dtype == LAMP_F32) return ((const float *)x->data)[index];
-  if (x->dtype == LAMP_F16) return lamp_f16_to_f32(((const uint16_t *)x->data)[index]);
-  return lamp_bf16_to_f32(((const uint16_t *)x->data)[index]);
-}
+static float load_value(const matrix *x, size_t index) { return load_as_f32(x->dtype, x->data, index); }
 
 static matrix make_matrix(lamp_dtype dtype, size_t rows, size_t cols, size_t ld, data_kind kind,
                           int fill_nan) {

@@ -9,34 +9,21 @@
 #include <stdint.h>
 #include <cmocka.h>
 
-#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-#include <zlib.h>
 
 #include "base/error.h"
 #include "data/dataset.h"
 #include "data/idx.h"
 #include "tensor/ledger.h"
 #include "tensor/tensor.h"
+#include "test_support.h"
 
 #define TMP LAMP_TEST_TMP_DIR "/idx"
 
 /* ---- fixtures --------------------------------------------------------------------------- */
-
-static void make_dir(const char *path) {
-  char buf[1024];
-  snprintf(buf, sizeof buf, "%s", path);
-  for (char *p = buf + 1; *p; p++) {
-    if (*p != '/') continue;
-    *p = '\0';
-    mkdir(buf, 0755);
-    *p = '/';
-  }
-  if (mkdir(buf, 0755) != 0 && errno != EEXIST) fail_msg("mkdir %s: %s", buf, strerror(errno));
-}
 
 static const char *tmp_path(const char *name) {
   static char buf[8][1024];
@@ -46,34 +33,9 @@ static const char *tmp_path(const char *name) {
   return p;
 }
 
-/* Writes bytes to path, gzip-compressed when gz. */
-static void write_bytes(const char *path, const void *bytes, size_t n, int gz) {
-  if (gz) {
-    gzFile f = gzopen(path, "wb");
-    assert_non_null(f);
-    if (n) assert_int_equal(gzwrite(f, bytes, (unsigned)n), (int)n);
-    assert_int_equal(gzclose(f), Z_OK);
-  } else {
-    FILE *f = fopen(path, "wb");
-    assert_non_null(f);
-    if (n) assert_int_equal(fwrite(bytes, 1, n, f), n);
-    assert_int_equal(fclose(f), 0);
-  }
-}
-
 /* An IDX image: header for (type, dims) followed by `payload` bytes of pattern (i * 7 + 3). */
 static size_t idx_bytes(uint8_t *buf, uint8_t type, int ndim, const uint32_t *dims, size_t payload) {
-  size_t n = 0;
-  buf[n++] = 0;
-  buf[n++] = 0;
-  buf[n++] = type;
-  buf[n++] = (uint8_t)ndim;
-  for (int i = 0; i < ndim; i++) {
-    buf[n++] = (uint8_t)(dims[i] >> 24);
-    buf[n++] = (uint8_t)(dims[i] >> 16);
-    buf[n++] = (uint8_t)(dims[i] >> 8);
-    buf[n++] = (uint8_t)dims[i];
-  }
+  size_t n = idx_header(buf, type, ndim, dims);
   for (size_t i = 0; i < payload; i++) buf[n++] = (uint8_t)(i * 7 + 3);
   return n;
 }
@@ -82,8 +44,6 @@ static void write_idx(const char *path, int ndim, const uint32_t *dims, size_t p
   static uint8_t buf[1 << 16];
   write_bytes(path, buf, idx_bytes(buf, 0x08, ndim, dims, payload), gz);
 }
-
-static size_t data_bytes(void) { return lamp_ledger_get(LAMP_MEM_DATA).current; }
 
 /* Reads path expecting failure with exactly `message`; checks the output is zeroed and no data leaked. */
 static void expect_read_error(const char *path, lamp_status code, const char *message) {
@@ -488,12 +448,7 @@ static void test_unknown_split(void **state) {
 /* The real thing, where the Debian package is installed. */
 static void test_real_fashion_mnist(void **state) {
   (void)state;
-  struct stat sb;
-  if (stat(LAMP_FASHION_MNIST_DIR "/train-images-idx3-ubyte.gz", &sb) != 0) {
-    skip();
-    return;
-  }
-  unsetenv("LAMP_DATA_DIR");
+  require_fashion_mnist();
   size_t before = data_bytes();
   lamp_dataset *ds;
   assert_int_equal(lamp_dataset_idx(&ds, "fashion-mnist", "train"), LAMP_OK);

@@ -19,6 +19,7 @@
 #include "base/error.h"
 #include "tensor/dtype.h"
 #include "tensor/half.h"
+#include "test_support.h"
 
 static const lamp_dtype float_dtypes[] = {LAMP_F32, LAMP_F16, LAMP_BF16};
 #define N_DTYPES 3
@@ -53,17 +54,9 @@ static buffer make_buffer(lamp_dtype dtype, size_t n) {
   return b;
 }
 
-static void set_value(buffer *b, size_t i, float v) {
-  if (b->dtype == LAMP_F32) ((float *)b->data)[i] = v;
-  else if (b->dtype == LAMP_F16) ((uint16_t *)b->data)[i] = lamp_f32_to_f16(v);
-  else ((uint16_t *)b->data)[i] = lamp_f32_to_bf16(v);
-}
+static void set_value(buffer *b, size_t i, float v) { store_f32_as(b->dtype, b->data, i, v); }
 
-static float get_value(const buffer *b, size_t i) {
-  if (b->dtype == LAMP_F32) return ((const float *)b->data)[i];
-  if (b->dtype == LAMP_F16) return lamp_f16_to_f32(((const uint16_t *)b->data)[i]);
-  return lamp_bf16_to_f32(((const uint16_t *)b->data)[i]);
-}
+static float get_value(const buffer *b, size_t i) { return load_as_f32(b->dtype, b->data, i); }
 
 /* v rounded to the dtype and widened back: what a kernel storing v in that dtype leaves. */
 static float rounded(lamp_dtype dtype, float v) {

@@ -10,18 +10,17 @@
 #include <stdint.h>
 #include <cmocka.h>
 
-#include <errno.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 
 #include "base/error.h"
 #include "data/dataset.h"
 #include "data/loader.h"
 #include "tensor/ledger.h"
 #include "tensor/tensor.h"
+#include "test_support.h"
 
 #define TMP LAMP_TEST_TMP_DIR "/loader"
 #define ROWS 2
@@ -30,24 +29,7 @@
 
 /* ---- fixtures --------------------------------------------------------------------------- */
 
-static void make_dir(const char *path) {
-  char buf[1024];
-  snprintf(buf, sizeof buf, "%s", path);
-  for (char *p = buf + 1; *p; p++) {
-    if (*p != '/') continue;
-    *p = '\0';
-    mkdir(buf, 0755);
-    *p = '/';
-  }
-  if (mkdir(buf, 0755) != 0 && errno != EEXIST) fail_msg("mkdir %s: %s", buf, strerror(errno));
-}
-
 static uint8_t pixel(size_t sample, size_t j) { return (uint8_t)(sample * 37 + j * 11 + 5); }
-
-static void put_be32(FILE *f, uint32_t v) {
-  uint8_t b[4] = {(uint8_t)(v >> 24), (uint8_t)(v >> 16), (uint8_t)(v >> 8), (uint8_t)v};
-  assert_int_equal(fwrite(b, 1, 4, f), 4);
-}
 
 /* Raw IDX files for n samples of ROWS x COLS; sample i has label i and pixels pixel(i, j). */
 static const char *write_dataset(uint32_t n) {
@@ -55,23 +37,19 @@ static const char *write_dataset(uint32_t n) {
   char path[600];
   snprintf(dir, sizeof dir, "%s/n%u", TMP, (unsigned)n);
   make_dir(dir);
+  uint8_t *pixels = malloc((size_t)n * NUMEL), *labels = malloc(n);
+  assert_true(pixels != NULL && labels != NULL);
+  for (size_t i = 0; i < n; i++) {
+    for (size_t j = 0; j < NUMEL; j++) pixels[i * NUMEL + j] = pixel(i, j);
+    labels[i] = (uint8_t)i;
+  }
+  const uint32_t image_dims[3] = {n, ROWS, COLS};
   snprintf(path, sizeof path, "%s/train-images-idx3-ubyte", dir);
-  FILE *f = fopen(path, "wb");
-  assert_non_null(f);
-  fwrite("\0\0\x08\x03", 1, 4, f);
-  put_be32(f, n);
-  put_be32(f, ROWS);
-  put_be32(f, COLS);
-  for (size_t i = 0; i < n; i++)
-    for (size_t j = 0; j < NUMEL; j++) fputc(pixel(i, j), f);
-  assert_int_equal(fclose(f), 0);
+  write_idx_file(path, 3, image_dims, pixels, (size_t)n * NUMEL, 0);
   snprintf(path, sizeof path, "%s/train-labels-idx1-ubyte", dir);
-  f = fopen(path, "wb");
-  assert_non_null(f);
-  fwrite("\0\0\x08\x01", 1, 4, f);
-  put_be32(f, n);
-  for (size_t i = 0; i < n; i++) fputc((int)i, f);
-  assert_int_equal(fclose(f), 0);
+  write_idx_file(path, 1, &n, labels, n, 0);
+  free(pixels);
+  free(labels);
   return dir;
 }
 
@@ -143,8 +121,6 @@ static size_t run_epoch(lamp_loader *l, uint64_t epoch, size_t *order, size_t ca
   if (batches != NULL) *batches = nb;
   return count;
 }
-
-static size_t data_bytes(void) { return lamp_ledger_get(LAMP_MEM_DATA).current; }
 
 static size_t baseline;
 
@@ -534,12 +510,7 @@ static void test_retained_batch(void **state) {
 /* The real data set through the loader: two ranks split 60000 samples evenly. */
 static void test_real_loader(void **state) {
   (void)state;
-  struct stat sb;
-  if (stat(LAMP_FASHION_MNIST_DIR "/train-images-idx3-ubyte.gz", &sb) != 0) {
-    skip();
-    return;
-  }
-  unsetenv("LAMP_DATA_DIR");
+  require_fashion_mnist();
   lamp_dataset *ds;
   assert_int_equal(lamp_dataset_idx(&ds, "fashion-mnist", "train"), LAMP_OK);
   lamp_loader *l = new_loader(ds, 128, 1, 0, 0, 1, 2);

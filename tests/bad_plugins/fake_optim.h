@@ -1,0 +1,59 @@
+/*
+** The fake optimizer that the bad optimizer plugins are made of: do-nothing functions and,
+** where the plugin defines FAKE_NAME, one table ("bad plugin", version 0.1) and the entry point
+** that returns it. Before including this header a plugin may define:
+**   FAKE_CREATE  create                      (default fake_create, which succeeds)
+**   FAKE_PARAMS  hdr.params and hdr.n_params (an array; default none)
+** A plugin whose table is not a plain lamp_optim_v1 leaves FAKE_NAME undefined and writes its
+** own table and entry point from the fake_* functions.
+*/
+#ifndef FAKE_OPTIM_H
+#define FAKE_OPTIM_H
+
+#include "lamp/plugin.h"
+
+static int fake_probe(const lamp_host *h, char *reason, size_t size) {
+  (void)h;
+  if (size > 0) reason[0] = '\0';
+  return 1;
+}
+#ifndef FAKE_CREATE
+static lamp_status fake_create(const lamp_host *h, lamp_ctx *ctx, const double *p, void **opt) {
+  (void)h, (void)ctx, (void)p;
+  *opt = 0;
+  return LAMP_OK;
+}
+#define FAKE_CREATE fake_create
+#endif
+static void fake_destroy(void *opt) { (void)opt; }
+static lamp_status fake_slots(void *opt, lamp_optim_slot *out, uint32_t max, uint32_t *n) {
+  (void)opt, (void)out, (void)max;
+  *n = 0;
+  return LAMP_OK;
+}
+static lamp_status fake_step(void *opt, const lamp_optim_step *s) {
+  (void)opt, (void)s;
+  return LAMP_OK;
+}
+
+#ifdef FAKE_NAME
+static const lamp_optim_v1 table = {
+    .hdr = {LAMP_PLUGIN_HEADER(LAMP_KIND_OPTIM, lamp_optim_v1, FAKE_NAME, "0.1", "bad plugin"),
+#ifdef FAKE_PARAMS
+            .params = FAKE_PARAMS,
+            .n_params = sizeof FAKE_PARAMS / sizeof FAKE_PARAMS[0],
+#endif
+            .probe = fake_probe},
+    .create = FAKE_CREATE,
+    .destroy = fake_destroy,
+    .slots = fake_slots,
+    .step = fake_step,
+};
+
+LAMP_PLUGIN_EXPORT const lamp_plugin *lamp_plugin_entry_v1(const lamp_host *host) {
+  (void)host;
+  return &table.hdr;
+}
+#endif
+
+#endif
