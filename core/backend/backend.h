@@ -67,6 +67,19 @@ lamp_status lamp_argmax_rows(lamp_device device, int32_t *out, const void *x, la
 lamp_status lamp_unscale_and_check(lamp_device device, float *g, size_t n, float inv_scale,
                                    int *found_inf);
 
+/* dst = src rounded to `via` (f32, f16 or bf16) and widened back: fp32 storage holding the
+   values a `via` tensor would. dst may equal src. */
+lamp_status lamp_round_through(lamp_device device, float *dst, const float *src, lamp_dtype via,
+                               size_t n);
+
+/* dst += src rounded to `via`: gradients produced in a 16-bit dtype, accumulated in fp32. */
+lamp_status lamp_accumulate_rounded(lamp_device device, float *dst, const float *src,
+                                    lamp_dtype via, size_t n);
+
+/* Whether lamp_gemm on this device runs 16-bit inputs natively (1) or widens them to fp32 (0),
+   in which case callers that reuse an operand do better to keep it widened themselves. */
+int lamp_backend_native_16bit_gemm(lamp_device device);
+
 /* x *= alpha. */
 lamp_status lamp_scale(lamp_device device, float *x, size_t n, float alpha);
 

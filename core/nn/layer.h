@@ -41,6 +41,8 @@ typedef struct lamp_exec {
   lamp_dtype compute_dtype;    /* GEMM inputs */
   lamp_dtype activation_dtype; /* layer outputs stored between layers */
   int training;
+  lamp_dtype grad_dtype;       /* parameter gradients are produced in this dtype, then
+                                  accumulated into the fp32 gradient slab (f32: directly) */
 } lamp_exec;
 
 typedef struct lamp_layer_ops {

@@ -1,11 +1,12 @@
 /*
 ** Linear: y = x W^T + b with W [out, in] (PyTorch layout) and b [out].
 **
-** Autocast: the GEMMs take their inputs in exec->compute_dtype. An input whose dtype differs
-** (fp32 weights under a bf16 policy, fp32 images entering the first layer) is converted into
-** a workspace tensor owned by the layer and reused across batches; under an fp32 policy, or
-** whenever the dtypes already agree, the GEMM reads the tensors in place, so the steady state
-** neither copies nor allocates.
+** Autocast: the GEMMs take their inputs with the values of exec->compute_dtype and accumulate
+** in fp32. An input whose dtype differs (fp32 images entering the first layer under a 16-bit
+** policy), or any 16-bit input on a device without 16-bit GEMMs (the CPU, where operands are
+** kept widened to fp32), is converted into a workspace tensor owned by the layer and reused
+** across batches; under an fp32 policy the GEMM reads the tensors in place, so the steady
+** state neither copies nor allocates.
 **
 ** The converted copies made in one step are reused by the later phases of the same step
 ** (W from forward in backward_input, x from forward and dy from backward_input in
@@ -34,6 +35,7 @@ typedef struct linear {
   lamp_tensor *weight, *bias;   /* views of the weight slab (weight dtype) */
   lamp_tensor *gweight, *gbias; /* views of the fp32 gradient slab */
   compute_copy x_copy, w_copy, dy_copy;
+  lamp_tensor *grad_buf;        /* fp32 GEMM result before rounding to a 16-bit grad_dtype */
 } linear;
 
 static int is_float(lamp_dtype dtype) {
@@ -107,22 +109,43 @@ static lamp_status check_bound(const linear *l) {
 }
 
 /*
-** *data = t's values in `dtype`: t's own storage when it already has that dtype, else the
-** copy, converted now unless `reuse` allows the one this step already made from the same data.
+** GEMM operands. The values are always those of exec->compute_dtype; where the device runs
+** 16-bit GEMMs natively they are stored in it, elsewhere (the CPU) they are kept widened to
+** fp32, exactly, so sgemm reads them without re-widening on every call.
 */
-static lamp_status as_compute(compute_copy *c, const lamp_exec *exec, const lamp_tensor *t,
-                              size_t n, int reuse, const void **data) {
+static lamp_dtype operand_dtype(const lamp_exec *exec) {
+  return lamp_backend_native_16bit_gemm(exec->device) ? exec->compute_dtype : LAMP_F32;
+}
+
+/* The copy's storage holds t's values rounded to the compute dtype, in the operand dtype. */
+static lamp_status fill_operand(const lamp_exec *exec, void *dst, lamp_dtype op, const lamp_tensor *t, size_t n) {
   const void *src = lamp_tensor_data(t);
-  if (t->dtype == exec->compute_dtype) {
+  if (op != LAMP_F32 || t->dtype == exec->compute_dtype) /* one conversion: rounding or exact widening */
+    return lamp_convert(exec->device, dst, op, src, t->dtype, n);
+  if (t->dtype != LAMP_F32) {                           /* widen first, then round in place */
+    lamp_status st = lamp_convert(exec->device, dst, LAMP_F32, src, t->dtype, n);
+    if (st != LAMP_OK) return st;
+    src = dst;
+  }
+  return lamp_round_through(exec->device, dst, src, exec->compute_dtype, n);
+}
+
+/*
+** *data = t's values as a GEMM operand: t's own storage when it already qualifies, else the
+** copy, made now unless `reuse` allows the one this step already made from the same data.
+*/
+static lamp_status as_operand(compute_copy *c, const lamp_exec *exec, const lamp_tensor *t, size_t n, int reuse,
+                              const void **data) {
+  const void *src = lamp_tensor_data(t);
+  lamp_dtype op = operand_dtype(exec);
+  if (t->dtype == exec->compute_dtype && t->dtype == op) {
     *data = src;
     return LAMP_OK;
   }
   if (!(reuse && c->valid && c->src == src)) {
     int64_t shape[1] = {(int64_t)n};
-    lamp_status st = lamp_tensor_ensure(&c->buf, exec->compute_dtype, exec->device, 1, shape,
-                                        LAMP_MEM_WORKSPACE);
-    if (st != LAMP_OK) return st;
-    st = lamp_convert(exec->device, lamp_tensor_data(c->buf), exec->compute_dtype, src, t->dtype, n);
+    lamp_status st = lamp_tensor_ensure(&c->buf, op, exec->device, 1, shape, LAMP_MEM_WORKSPACE);
+    if (st == LAMP_OK) st = fill_operand(exec, lamp_tensor_data(c->buf), op, t, n);
     if (st != LAMP_OK) return st;
     c->src = src;
     c->valid = 1;
@@ -223,12 +246,12 @@ static lamp_status linear_forward(lamp_layer *layer, const lamp_exec *exec, cons
   l->x_copy.valid = l->w_copy.valid = l->dy_copy.valid = 0;
   if (rows == 0) return LAMP_OK;
   const void *xd, *wd;
-  st = as_compute(&l->x_copy, exec, x, rows * in, 0, &xd);
-  if (st == LAMP_OK) st = as_compute(&l->w_copy, exec, l->weight, out * in, 0, &wd);
+  st = as_operand(&l->x_copy, exec, x, rows * in, 0, &xd);
+  if (st == LAMP_OK) st = as_operand(&l->w_copy, exec, l->weight, out * in, 0, &wd);
   if (st != LAMP_OK) return st;
   void *yd = lamp_tensor_data(y);
-  st = lamp_gemm(exec->device, 0, 1, rows, out, in, 1.0f, xd, exec->compute_dtype, in, wd,
-                 exec->compute_dtype, in, 0.0f, yd, y->dtype, out);
+  lamp_dtype op = operand_dtype(exec);
+  st = lamp_gemm(exec->device, 0, 1, rows, out, in, 1.0f, xd, op, in, wd, op, in, 0.0f, yd, y->dtype, out);
   if (st != LAMP_OK || !l->has_bias) return st;
   return lamp_add_bias_rows(exec->device, yd, y->dtype, lamp_tensor_data(l->bias), l->bias->dtype,
                             rows, out);
@@ -247,14 +270,53 @@ static lamp_status linear_backward_input(lamp_layer *layer, const lamp_exec *exe
   if (st == LAMP_OK) st = check_matrix(l, dx, "input gradient", rows, in);
   if (st != LAMP_OK || rows == 0) return st;
   const void *dyd, *wd;
-  st = as_compute(&l->dy_copy, exec, dy, rows * out, 0, &dyd);
-  if (st == LAMP_OK) st = as_compute(&l->w_copy, exec, l->weight, out * in, 1, &wd);
+  st = as_operand(&l->dy_copy, exec, dy, rows * out, 0, &dyd);
+  if (st == LAMP_OK) st = as_operand(&l->w_copy, exec, l->weight, out * in, 1, &wd);
   if (st != LAMP_OK) return st;
-  return lamp_gemm(exec->device, 0, 0, rows, in, out, 1.0f, dyd, exec->compute_dtype, out, wd,
-                   exec->compute_dtype, in, 0.0f, lamp_tensor_data(dx), dx->dtype, in);
+  lamp_dtype op = operand_dtype(exec);
+  return lamp_gemm(exec->device, 0, 0, rows, in, out, 1.0f, dyd, op, out, wd, op, in, 0.0f, lamp_tensor_data(dx),
+                   dx->dtype, in);
 }
 
-/* dW += dy^T x (the GEMM accumulates into the fp32 view: beta = 1); db += sum over rows of dy. */
+/*
+** Parameter gradients are produced in exec->grad_dtype, as a 16-bit autocast GEMM would
+** produce them (so an fp16 gradient below the smallest subnormal really is zero: the loss
+** scaler's reason to exist), and added to the fp32 slab. With fp32 gradients the GEMM
+** accumulates straight into the slab (beta = 1) and nothing is rounded.
+*/
+static lamp_status accumulate_weight_grad(linear *l, const lamp_exec *exec, const void *dyd, const void *xd,
+                                          size_t rows) {
+  size_t in = (size_t)l->in, out = (size_t)l->out;
+  lamp_dtype op = operand_dtype(exec);
+  if (exec->grad_dtype == LAMP_F32)
+    return lamp_gemm(exec->device, 1, 0, out, in, rows, 1.0f, dyd, op, out, xd, op, in, 1.0f,
+                     lamp_tensor_data(l->gweight), LAMP_F32, in);
+  int64_t shape[1] = {(int64_t)(out * in)};
+  lamp_status st = lamp_tensor_ensure(&l->grad_buf, LAMP_F32, exec->device, 1, shape, LAMP_MEM_WORKSPACE);
+  if (st == LAMP_OK)
+    st = lamp_gemm(exec->device, 1, 0, out, in, rows, 1.0f, dyd, op, out, xd, op, in, 0.0f,
+                   lamp_tensor_data(l->grad_buf), LAMP_F32, in);
+  if (st == LAMP_OK)
+    st = lamp_accumulate_rounded(exec->device, lamp_tensor_data(l->gweight), lamp_tensor_data(l->grad_buf),
+                                 exec->grad_dtype, out * in);
+  return st;
+}
+
+/* db += sum over rows of dy, summed in fp32 from the stored values (reductions run in fp32). */
+static lamp_status accumulate_bias_grad(linear *l, const lamp_exec *exec, const lamp_tensor *dy, size_t rows) {
+  size_t out = (size_t)l->out;
+  if (exec->grad_dtype == LAMP_F32)
+    return lamp_sum_rows(exec->device, lamp_tensor_data(l->gbias), lamp_tensor_data(dy), dy->dtype, rows, out,
+                         1.0f, 1.0f);
+  /* grad_buf (out * in >= out fp32 elements) is free again once the weight gradient is in. */
+  float *sums = lamp_tensor_data(l->grad_buf);
+  lamp_status st = lamp_sum_rows(exec->device, sums, lamp_tensor_data(dy), dy->dtype, rows, out, 1.0f, 0.0f);
+  if (st == LAMP_OK)
+    st = lamp_accumulate_rounded(exec->device, lamp_tensor_data(l->gbias), sums, exec->grad_dtype, out);
+  return st;
+}
+
+/* dW += dy^T x; db += sum over rows of dy. */
 static lamp_status linear_accumulate_grads(lamp_layer *layer, const lamp_exec *exec, const lamp_tensor *x,
                                            const lamp_tensor *dy) {
   linear *l = (linear *)layer;
@@ -264,15 +326,10 @@ static lamp_status linear_accumulate_grads(lamp_layer *layer, const lamp_exec *e
   if (st == LAMP_OK) st = check_matrix(l, dy, "output gradient", rows, out);
   if (st != LAMP_OK || rows == 0) return st;
   const void *xd, *dyd;
-  st = as_compute(&l->x_copy, exec, x, rows * in, 1, &xd);
-  if (st == LAMP_OK) st = as_compute(&l->dy_copy, exec, dy, rows * out, 1, &dyd);
-  if (st == LAMP_OK)
-    st = lamp_gemm(exec->device, 1, 0, out, in, rows, 1.0f, dyd, exec->compute_dtype, out, xd,
-                   exec->compute_dtype, in, 1.0f, lamp_tensor_data(l->gweight), LAMP_F32, in);
-  /* The reduction reads dy as it is: reductions run in fp32 from the stored values. */
-  if (st == LAMP_OK && l->has_bias)
-    st = lamp_sum_rows(exec->device, lamp_tensor_data(l->gbias), lamp_tensor_data(dy), dy->dtype,
-                       rows, out, 1.0f, 1.0f);
+  st = as_operand(&l->x_copy, exec, x, rows * in, 1, &xd);
+  if (st == LAMP_OK) st = as_operand(&l->dy_copy, exec, dy, rows * out, 1, &dyd);
+  if (st == LAMP_OK) st = accumulate_weight_grad(l, exec, dyd, xd, rows);
+  if (st == LAMP_OK && l->has_bias) st = accumulate_bias_grad(l, exec, dy, rows);
   /* The step is over: the next backward may follow an optimizer step. */
   l->x_copy.valid = l->w_copy.valid = l->dy_copy.valid = 0;
   return st;
@@ -293,6 +350,7 @@ static void linear_destroy(lamp_layer *layer) {
   lamp_tensor_release(l->x_copy.buf);
   lamp_tensor_release(l->w_copy.buf);
   lamp_tensor_release(l->dy_copy.buf);
+  lamp_tensor_release(l->grad_buf);
   free(l);
 }
 

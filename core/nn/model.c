@@ -31,6 +31,7 @@ struct lamp_model {
   size_t n_bound; /* parameters bound into the layers, unbound again on failure and free */
   size_t numel;
   lamp_tensor *weights, *master, *grads;
+  lamp_tensor *staging;  /* fp32 copy for the optimizer when 16-bit weights have no masters */
   lamp_tensor *y;        /* output buffer, reused across batches */
   const lamp_tensor *x;  /* borrowed input of the last forward, for backward */
   lamp_exec exec;        /* of the last forward */
@@ -62,7 +63,8 @@ static void teardown(lamp_model *m) {
   lamp_tensor_release(m->weights);
   lamp_tensor_release(m->master);
   lamp_tensor_release(m->grads);
-  m->weights = m->master = m->grads = NULL;
+  lamp_tensor_release(m->staging);
+  m->weights = m->master = m->grads = m->staging = NULL;
   free(m->params);
   free(m->inits);
   m->params = NULL;
@@ -80,16 +82,12 @@ void lamp_model_free(lamp_model *model) {
 }
 
 static lamp_status check_config(const lamp_model_config *c) {
-  const lamp_dtype dtypes[3] = {c->weight_dtype, c->compute_dtype, c->activation_dtype};
-  const char *roles[3] = {"weight", "compute", "activation"};
-  for (int i = 0; i < 3; i++)
+  const lamp_dtype dtypes[4] = {c->weight_dtype, c->compute_dtype, c->activation_dtype, c->grad_dtype};
+  const char *roles[4] = {"weight", "compute", "activation", "gradient"};
+  for (int i = 0; i < 4; i++)
     if (!is_float(dtypes[i]))
       return lamp_error(LAMP_ERR_INVALID_ARG, "model: %s dtype %s is not f32, f16 or bf16", roles[i],
                         lamp_dtype_name(dtypes[i]));
-  /* Without masters, updates below the 16-bit spacing would be rounded away (see DESIGN). */
-  if (c->weight_dtype != LAMP_F32 && !c->master_weights)
-    return lamp_error(LAMP_ERR_INVALID_USAGE, "model: 16-bit weights (%s) need fp32 master weights",
-                      lamp_dtype_name(c->weight_dtype));
   return LAMP_OK;
 }
 
@@ -141,6 +139,11 @@ static lamp_status alloc_slabs(lamp_model *m) {
   if (st == LAMP_OK && c->master_weights)
     st = lamp_tensor_new(&m->master, LAMP_F32, c->device, 1, shape, LAMP_MEM_MASTER);
   if (st == LAMP_OK) st = lamp_tensor_new(&m->grads, LAMP_F32, c->device, 1, shape, LAMP_MEM_GRADS);
+  /* 16-bit weights without masters: the optimizer still needs fp32 to work on, but only for
+     the duration of a step; the result is rounded back, so updates below the 16-bit spacing
+     are lost, which is exactly what a policy without masters means. */
+  if (st == LAMP_OK && c->weight_dtype != LAMP_F32 && !c->master_weights)
+    st = lamp_tensor_new(&m->staging, LAMP_F32, c->device, 1, shape, LAMP_MEM_WORKSPACE);
   return st;
 }
 
@@ -226,6 +229,7 @@ lamp_tensor *lamp_model_grads(const lamp_model *model) { return model->grads; }
 
 float *lamp_model_trainable(const lamp_model *model) {
   if (model->master != NULL) return lamp_tensor_data(model->master);
+  if (model->staging != NULL) return lamp_tensor_data(model->staging);
   if (model->weights != NULL && model->weights->dtype == LAMP_F32) return lamp_tensor_data(model->weights);
   return NULL;
 }
@@ -238,9 +242,17 @@ static lamp_status require_built(const lamp_model *model, const char *what) {
 
 lamp_status lamp_model_sync_weights(lamp_model *model) {
   lamp_status st = require_built(model, "sync_weights");
-  if (st != LAMP_OK || model->master == NULL) return st;
+  lamp_tensor *src = model->master != NULL ? model->master : model->staging;
+  if (st != LAMP_OK || src == NULL) return st;
   return lamp_convert(model->config.device, lamp_tensor_data(model->weights), model->weights->dtype,
-                      lamp_tensor_data(model->master), LAMP_F32, model->numel);
+                      lamp_tensor_data(src), LAMP_F32, model->numel);
+}
+
+lamp_status lamp_model_begin_update(lamp_model *model) {
+  lamp_status st = require_built(model, "begin_update");
+  if (st != LAMP_OK || model->staging == NULL) return st;
+  return lamp_convert(model->config.device, lamp_tensor_data(model->staging), LAMP_F32,
+                      lamp_tensor_data(model->weights), model->weights->dtype, model->numel);
 }
 
 lamp_status lamp_model_zero_grads(lamp_model *model) {
@@ -257,7 +269,7 @@ lamp_status lamp_model_forward(lamp_model *model, const lamp_tensor *x, int trai
     return lamp_error(LAMP_ERR_INVALID_ARG, "model: input is on %s, the model on %s", lamp_device_name(x->device),
                       lamp_device_name(model->config.device));
   model->exec = (lamp_exec){model->config.device, model->config.compute_dtype, model->config.activation_dtype,
-                            training};
+                            training, model->config.grad_dtype};
   lamp_layer *root = model->root;
   int nd;
   int64_t shape[LAMP_MAX_DIMS];

@@ -17,8 +17,9 @@ typedef struct lamp_model_config {
   lamp_dtype weight_dtype;     /* storage of the weights forward reads */
   lamp_dtype compute_dtype;
   lamp_dtype activation_dtype;
-  int master_weights;          /* keep an fp32 master slab (required when weight_dtype != f32) */
+  int master_weights;          /* keep an fp32 master slab the optimizer updates */
   uint64_t seed;               /* parameter initialisation */
+  lamp_dtype grad_dtype;       /* parameter gradients are produced in this dtype (f32 default) */
 } lamp_model_config;
 
 /* One parameter tensor's place in the slabs. */
@@ -48,10 +49,17 @@ lamp_tensor *lamp_model_weights(const lamp_model *model); /* weight_dtype slab [
 lamp_tensor *lamp_model_master(const lamp_model *model);  /* f32 slab, NULL without masters */
 lamp_tensor *lamp_model_grads(const lamp_model *model);   /* f32 slab [numel] */
 
-/* The fp32 slab the optimizer updates: the master slab when present, else the weights. */
+/*
+** The fp32 slab the optimizer updates: the master slab when present, else the fp32 weights;
+** for 16-bit weights without masters, a staging slab that lamp_model_begin_update fills from
+** the (rounded) weights before each update.
+*/
 float *lamp_model_trainable(const lamp_model *model);
 
-/* After the optimizer updated the masters: refresh the 16-bit weights (no-op without). */
+/* Before an optimizer step: loads the staging slab from the 16-bit weights (no-op otherwise). */
+lamp_status lamp_model_begin_update(lamp_model *model);
+
+/* After an optimizer step: rounds the masters (or the staging slab) into the 16-bit weights. */
 lamp_status lamp_model_sync_weights(lamp_model *model);
 
 lamp_status lamp_model_zero_grads(lamp_model *model);

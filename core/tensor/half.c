@@ -242,3 +242,55 @@ void lamp_bf16_to_f32_n(float *dst, const uint16_t *src, size_t n) {
 #endif
   bf16_to_f32_loop(dst, src, n);
 }
+
+/* ---- rounding through 16 bits in fp32 storage --------------------------------------------- */
+
+/* bf16's rounding as an fp32 -> fp32 map: the bits bf16_from_bits keeps, back in the top half. */
+static inline float bf16_round_float(float x) { return bits_float((uint32_t)bf16_from_bits(float_bits(x)) << 16); }
+
+#ifdef LAMP_HAVE_X86
+#define LAMP_AVX2_CLONES __attribute__((target_clones("avx2", "default")))
+#else
+#define LAMP_AVX2_CLONES
+#endif
+
+LAMP_AVX2_CLONES void lamp_round_bf16_n(float *dst, const float *src, size_t n) {
+  size_t i = 0;
+  for (; i + BF16_BLOCK <= n; i += BF16_BLOCK)
+    for (size_t j = 0; j < BF16_BLOCK; j++) dst[i + j] = bf16_round_float(src[i + j]);
+  for (; i < n; i++) dst[i] = bf16_round_float(src[i]);
+}
+
+LAMP_AVX2_CLONES void lamp_add_rounded_bf16_n(float *dst, const float *src, size_t n) {
+  size_t i = 0;
+  for (; i + BF16_BLOCK <= n; i += BF16_BLOCK)
+    for (size_t j = 0; j < BF16_BLOCK; j++) dst[i + j] += bf16_round_float(src[i + j]);
+  for (; i < n; i++) dst[i] += bf16_round_float(src[i]);
+}
+
+static inline float f16_round_float(float x) { return lamp_f16_to_f32(lamp_f32_to_f16(x)); }
+
+#ifdef LAMP_HAVE_X86
+__attribute__((target("f16c,avx"))) static void round_f16_f16c(float *dst, const float *src, size_t n, int add) {
+  size_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    __m256 r = _mm256_cvtph_ps(_mm256_cvtps_ph(_mm256_loadu_ps(src + i), _MM_FROUND_TO_NEAREST_INT));
+    if (add) r = _mm256_add_ps(_mm256_loadu_ps(dst + i), r);
+    _mm256_storeu_ps(dst + i, r);
+  }
+  for (; i < n; i++) dst[i] = add ? dst[i] + f16_round_float(src[i]) : f16_round_float(src[i]);
+}
+#endif
+
+static void round_f16(float *dst, const float *src, size_t n, int add) {
+#ifdef LAMP_HAVE_X86
+  if (have_f16c()) {
+    round_f16_f16c(dst, src, n, add);
+    return;
+  }
+#endif
+  for (size_t i = 0; i < n; i++) dst[i] = add ? dst[i] + f16_round_float(src[i]) : f16_round_float(src[i]);
+}
+
+void lamp_round_f16_n(float *dst, const float *src, size_t n) { round_f16(dst, src, n, 0); }
+void lamp_add_rounded_f16_n(float *dst, const float *src, size_t n) { round_f16(dst, src, n, 1); }

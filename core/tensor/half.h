@@ -21,4 +21,15 @@ void lamp_f16_to_f32_n(float *dst, const uint16_t *src, size_t n);
 void lamp_f32_to_bf16_n(uint16_t *dst, const float *src, size_t n);
 void lamp_bf16_to_f32_n(float *dst, const uint16_t *src, size_t n);
 
+/*
+** Rounding through a 16-bit format without leaving fp32 storage, in registers (no 16-bit
+** intermediate array): dst[i] = widen(round(src[i])), and the accumulating form
+** dst[i] += widen(round(src[i])). Results equal the conversions above bit for bit; dst may
+** equal src in the first form.
+*/
+void lamp_round_f16_n(float *dst, const float *src, size_t n);
+void lamp_round_bf16_n(float *dst, const float *src, size_t n);
+void lamp_add_rounded_f16_n(float *dst, const float *src, size_t n);
+void lamp_add_rounded_bf16_n(float *dst, const float *src, size_t n);
+
 #endif

@@ -48,8 +48,26 @@ static lamp_status check_config(const lamp_trainer_config *c) {
   return lamp_schedule_validate(&c->schedule);
 }
 
+/* What this core can execute: float dtypes everywhere, an fp32 accumulation buffer. */
+static lamp_status check_policy(const lamp_trainer *t) {
+  const lamp_precision_policy *p = &t->policy;
+  const char *name = lamp_precision_handle(t->config.precision)->desc->name;
+  const uint32_t dtypes[4] = {p->weight_dtype, p->compute_dtype, p->activation_dtype, p->grad_dtype};
+  const char *roles[4] = {"weight", "compute", "activation", "gradient"};
+  for (int i = 0; i < 4; i++)
+    if (dtypes[i] != LAMP_F32 && dtypes[i] != LAMP_F16 && dtypes[i] != LAMP_BF16)
+      return lamp_error(LAMP_ERR_UNSUPPORTED, "%s: policy's %s dtype %s is not f32, f16 or bf16", name, roles[i],
+                        lamp_dtype_name((lamp_dtype)dtypes[i]));
+  if (p->accum_dtype != LAMP_F32)
+    return lamp_error(LAMP_ERR_UNSUPPORTED, "%s: policy's gradient accumulation dtype %s is not supported (this core accumulates in f32)",
+                      name, lamp_dtype_name((lamp_dtype)p->accum_dtype));
+  return LAMP_OK;
+}
+
 static lamp_status build_model(lamp_trainer *t) {
+  t->policy.struct_size = sizeof t->policy;
   lamp_status st = lamp_precision_policy_get(t->config.precision, &t->policy);
+  if (st == LAMP_OK) st = check_policy(t);
   if (st != LAMP_OK) return st;
   lamp_model_config mc = {
       .device = t->config.device,
@@ -58,6 +76,7 @@ static lamp_status build_model(lamp_trainer *t) {
       .activation_dtype = (lamp_dtype)t->policy.activation_dtype,
       .master_weights = (t->policy.flags & LAMP_POLICY_MASTER_WEIGHTS) != 0,
       .seed = t->config.seed,
+      .grad_dtype = (lamp_dtype)t->policy.grad_dtype,
   };
   st = lamp_model_new(&t->model, t->config.model);
   if (st != LAMP_OK) return st;
@@ -151,11 +170,15 @@ void lamp_trainer_free(lamp_trainer *t) {
 
 /* ---- the step ---------------------------------------------------------------------------- */
 
+static lamp_exec exec_of(const lamp_trainer *t, int training) {
+  return (lamp_exec){t->config.device, (lamp_dtype)t->policy.compute_dtype, (lamp_dtype)t->policy.activation_dtype,
+                     training, (lamp_dtype)t->policy.grad_dtype};
+}
+
 static lamp_status forward_backward(lamp_trainer *t, const lamp_tensor *x, const lamp_tensor *y, double scale,
                                     double *loss) {
   const lamp_tensor *logits;
-  lamp_exec exec = {t->config.device, (lamp_dtype)t->policy.compute_dtype,
-                    (lamp_dtype)t->policy.activation_dtype, 1};
+  lamp_exec exec = exec_of(t, 1);
   lamp_status st = lamp_model_forward(t->model, x, 1, &logits);
   if (st != LAMP_OK) return st;
   st = lamp_tensor_ensure(&t->dlogits, logits->dtype, logits->device, logits->ndim, logits->shape,
@@ -208,6 +231,7 @@ static lamp_status optimizer_step(lamp_trainer *t) {
   lamp_status st = clip_coefficient(t, &coef);
   if (st != LAMP_OK) return st;
   double lr = lamp_schedule_lr(&t->config.schedule, t->base_lr, t->stats.steps);
+  if ((st = lamp_model_begin_update(t->model)) != LAMP_OK) return st;
   lamp_optim_step step = {
       .device = t->config.device,
       .n = lamp_model_numel(t->model),
@@ -233,13 +257,16 @@ static lamp_status finish_accumulation_group(lamp_trainer *t, double scale) {
   if (st != LAMP_OK) return st;
   int skip = 0;
   st = lamp_precision_update(t->config.precision, found_inf, &skip);
-  if (st != LAMP_OK) return st;
+  if (st != LAMP_OK) return lamp_error_context(st, "Trainer: step %llu", (unsigned long long)t->stats.steps + 1);
   if (found_inf && !skip)
     return lamp_error(LAMP_ERR_NUMERIC, "Trainer: gradients contain inf/NaN at step %llu and precision '%s' does not skip such steps",
                       (unsigned long long)t->stats.steps + 1, lamp_precision_handle(t->config.precision)->desc->name);
   if (skip) {
     t->stats.skipped_steps++;
-    lamp_log(LAMP_LOG_DEBUG, "trainer", "step skipped: inf/NaN in gradients at loss scale %g", scale);
+    lamp_log(LAMP_LOG_INFO, lamp_precision_handle(t->config.precision)->desc->name,
+             "step %llu skipped: inf/NaN in the gradients at loss scale %g, now %g (%llu skipped so far)",
+             (unsigned long long)t->stats.steps + 1, scale, lamp_precision_loss_scale(t->config.precision),
+             (unsigned long long)t->stats.skipped_steps);
   } else {
     st = optimizer_step(t);
     if (st != LAMP_OK) return st;
@@ -300,8 +327,7 @@ lamp_status lamp_trainer_evaluate(lamp_trainer *t, lamp_loader *loader, lamp_eva
   memset(result, 0, sizeof *result);
   lamp_status st = lamp_loader_start_epoch(loader, 0);
   if (st != LAMP_OK) return st;
-  lamp_exec exec = {t->config.device, (lamp_dtype)t->policy.compute_dtype,
-                    (lamp_dtype)t->policy.activation_dtype, 0};
+  lamp_exec exec = exec_of(t, 0);
   double sums[3] = {0.0, 0.0, 0.0}; /* loss * rows, correct, rows */
   for (;;) {
     lamp_tensor *x, *y;

@@ -4,7 +4,6 @@
 ** step is ever skipped.
 */
 #include <stdio.h>
-#include <string.h>
 
 #include "lamp/plugin.h"
 
@@ -26,16 +25,6 @@ static lamp_status fp32_create(const lamp_host *h, lamp_ctx *ctx, const double *
 
 static void fp32_destroy(void *state) { (void)state; }
 
-/* Copies what the caller's struct has room for, keeping the caller's struct_size. */
-static void copy_out(void *out, const void *full, size_t full_size) {
-  uint32_t caller_size;
-  memcpy(&caller_size, out, sizeof caller_size);
-  size_t n = caller_size < full_size ? caller_size : full_size;
-  if (n > sizeof caller_size)
-    memcpy((char *)out + sizeof caller_size, (const char *)full + sizeof caller_size,
-           n - sizeof caller_size);
-}
-
 static lamp_status fp32_policy(void *state, lamp_precision_policy *out) {
   (void)state;
   const lamp_precision_policy policy = {
@@ -47,7 +36,7 @@ static lamp_status fp32_policy(void *state, lamp_precision_policy *out) {
       .accum_dtype = LAMP_F32,
       .flags = 0,
   };
-  copy_out(out, &policy, sizeof policy);
+  lamp_struct_copy_out(out, &policy, sizeof policy);
   return LAMP_OK;
 }
 
@@ -66,7 +55,7 @@ static lamp_status fp32_update(void *state, int found_inf, int *skip_step) {
 static lamp_status fp32_stats(void *state, lamp_scaler_stats *out) {
   (void)state;
   const lamp_scaler_stats stats = {.struct_size = sizeof stats, .scale = 1.0};
-  copy_out(out, &stats, sizeof stats);
+  lamp_struct_copy_out(out, &stats, sizeof stats);
   return LAMP_OK;
 }
 

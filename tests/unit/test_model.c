@@ -24,12 +24,7 @@
 #include "tensor/ledger.h"
 #include "tensor/rng.h"
 #include "tensor/tensor.h"
-
-#define OK(expr)                                                                      \
-  do {                                                                                \
-    lamp_status st_ = (expr);                                                         \
-    if (st_ != LAMP_OK) fail_msg("%s failed: %s", #expr, lamp_last_error());          \
-  } while (0)
+#include "test_support.h"
 
 #define FAILS(expr, code, message)                                                    \
   do {                                                                                \
@@ -37,36 +32,10 @@
     assert_string_equal(lamp_last_error(), (message));                                \
   } while (0)
 
-#define assert_near(a, b, tol)                                                                      \
-  do {                                                                                              \
-    double a_ = (a), b_ = (b);                                                                      \
-    if (!(fabs(a_ - b_) <= (tol))) fail_msg("%s = %.9g, expected %.9g within %.3g", #a, a_, b_, (double)(tol)); \
-  } while (0)
-
-static const lamp_model_config FP32_CFG = {LAMP_CPU, LAMP_F32, LAMP_F32, LAMP_F32, 0, 42};
-static const lamp_model_config BF16_CFG = {LAMP_CPU, LAMP_BF16, LAMP_BF16, LAMP_BF16, 1, 42};
+static const lamp_model_config FP32_CFG = {LAMP_CPU, LAMP_F32, LAMP_F32, LAMP_F32, 0, 42, LAMP_F32};
+static const lamp_model_config BF16_CFG = {LAMP_CPU, LAMP_BF16, LAMP_BF16, LAMP_BF16, 1, 42, LAMP_F32};
 
 /* ---- helpers ---------------------------------------------------------------------------- */
-
-static lamp_layer *linear(int64_t in, int64_t out) {
-  lamp_layer *l;
-  OK(lamp_linear_new(&l, in, out, 1));
-  return l;
-}
-
-static lamp_layer *relu(void) {
-  lamp_layer *l;
-  OK(lamp_relu_new(&l));
-  return l;
-}
-
-/* A Sequential owning its children (the caller's references are dropped). */
-static lamp_layer *seq(size_t n, lamp_layer *const *children) {
-  lamp_layer *s;
-  OK(lamp_sequential_new(&s, children, n));
-  for (size_t i = 0; i < n; i++) lamp_layer_release(children[i]);
-  return s;
-}
 
 /* Linear(d0 -> d1), ReLU, ..., Linear(d[n-2] -> d[n-1]). */
 static lamp_layer *mlp(size_t n, const int64_t *d) {
@@ -85,19 +54,6 @@ static lamp_model *model_of(lamp_layer *root, const lamp_model_config *cfg) {
   lamp_layer_release(root);
   if (cfg != NULL) OK(lamp_model_build(m, cfg));
   return m;
-}
-
-static lamp_tensor *new_tensor(lamp_dtype dtype, int ndim, const int64_t *shape) {
-  lamp_tensor *t;
-  OK(lamp_tensor_new(&t, dtype, LAMP_CPU, ndim, shape, LAMP_MEM_DATA));
-  return t;
-}
-
-static float *fp(const lamp_tensor *t) { return lamp_tensor_data(t); }
-
-static void fill_uniform(lamp_tensor *t, lamp_rng *r, double lo, double hi) {
-  float *v = fp(t);
-  for (size_t i = 0; i < lamp_tensor_numel(t); i++) v[i] = (float)(lo + (hi - lo) * lamp_rng_uniform(r));
 }
 
 static size_t ledger(lamp_mem_tag tag) { return lamp_ledger_get(tag).current; }
@@ -217,7 +173,7 @@ static void test_views_sit_at_table_offsets(void **state) {
 /* With bf16 weights: forward (fp32 compute) sees exactly the rounded masters, at the same offsets. */
 static void test_master_offsets_match_weights(void **state) {
   (void)state;
-  const lamp_model_config cfg = {LAMP_CPU, LAMP_BF16, LAMP_F32, LAMP_F32, 1, 3};
+  const lamp_model_config cfg = {LAMP_CPU, LAMP_BF16, LAMP_F32, LAMP_F32, 1, 3, LAMP_F32};
   lamp_model *m = model_of(mlp(3, (int64_t[]){3, 2, 2}), &cfg);
   float *master = fp(lamp_model_master(m));
   assert_ptr_equal(lamp_model_trainable(m), master);
@@ -343,16 +299,40 @@ static void test_bf16_weights_follow_masters(void **state) {
   lamp_model_free(m);
 }
 
+/*
+** 16-bit weights without masters: the optimizer works on a staging slab that begin_update
+** reloads from the rounded weights, so an update below half the 16-bit spacing is lost.
+*/
+static void test_bf16_without_masters_loses_small_updates(void **state) {
+  (void)state;
+  lamp_model_config cfg = BF16_CFG;
+  cfg.master_weights = 0;
+  size_t workspace_before = lamp_ledger_get(LAMP_MEM_WORKSPACE).current;
+  lamp_model *m = model_of(mlp(2, (int64_t[]){4, 3}), &cfg);
+  size_t n = lamp_model_numel(m);
+  assert_null(lamp_model_master(m));
+  assert_int_equal(lamp_ledger_get(LAMP_MEM_WORKSPACE).current - workspace_before, n * sizeof(float));
+  const uint16_t *w = lamp_tensor_data(lamp_model_weights(m));
+  uint16_t before = w[0];
+  float *p = lamp_model_trainable(m);
+  for (int step = 0; step < 100; step++) {
+    OK(lamp_model_begin_update(m));
+    assert_true(p[0] == lamp_bf16_to_f32(w[0]));
+    p[0] += 1e-4f * fabsf(p[0]); /* far below half a bf16 spacing (2^-9 relative) */
+    OK(lamp_model_sync_weights(m));
+  }
+  assert_int_equal(w[0], before);
+  lamp_model_free(m);
+}
+
 /* ---- errors ----------------------------------------------------------------------------- */
 
 static void test_build_errors(void **state) {
   (void)state;
   lamp_model *m = model_of(mlp(2, (int64_t[]){4, 2}), NULL);
   lamp_model_config bad = FP32_CFG;
-  bad.weight_dtype = LAMP_BF16;
-  FAILS(lamp_model_build(m, &bad), LAMP_ERR_INVALID_USAGE, "model: 16-bit weights (bf16) need fp32 master weights");
-  bad.weight_dtype = LAMP_F16;
-  FAILS(lamp_model_build(m, &bad), LAMP_ERR_INVALID_USAGE, "model: 16-bit weights (f16) need fp32 master weights");
+  bad.grad_dtype = LAMP_U8;
+  FAILS(lamp_model_build(m, &bad), LAMP_ERR_INVALID_ARG, "model: gradient dtype u8 is not f32, f16 or bf16");
   bad = FP32_CFG;
   bad.compute_dtype = LAMP_I32;
   FAILS(lamp_model_build(m, &bad), LAMP_ERR_INVALID_ARG, "model: compute dtype i32 is not f32, f16 or bf16");
@@ -415,7 +395,7 @@ static void test_linear_feature_mismatch(void **state) {
   lamp_layer *l = lamp_model_root(m);
   lamp_tensor *x = new_tensor(LAMP_F32, 2, (int64_t[]){128, 100});
   lamp_tensor *y = new_tensor(LAMP_F32, 2, (int64_t[]){128, 10});
-  const lamp_exec exec = {LAMP_CPU, LAMP_F32, LAMP_F32, 1};
+  const lamp_exec exec = {LAMP_CPU, LAMP_F32, LAMP_F32, 1, LAMP_F32};
   FAILS(l->ops->forward(l, &exec, x, y), LAMP_ERR_INVALID_ARG,
         "Linear(784 -> 10): input f32[128, 100] has 100 features, expected 784");
   int nd;
@@ -572,7 +552,8 @@ int main(void) {
       cmocka_unit_test(test_ledger_fp32),
       cmocka_unit_test(test_ledger_bf16_with_masters),
       cmocka_unit_test(test_bf16_weights_follow_masters),
-      cmocka_unit_test(test_build_errors),
+      cmocka_unit_test(test_bf16_without_masters_loses_small_updates),
+    cmocka_unit_test(test_build_errors),
       cmocka_unit_test(test_layer_in_two_models),
       cmocka_unit_test(test_forward_backward_errors),
       cmocka_unit_test(test_linear_feature_mismatch),

@@ -43,6 +43,7 @@
 #include "tensor/half.h"
 #include "tensor/rng.h"
 #include "tensor/tensor.h"
+#include "test_support.h"
 
 #define FD_H 1e-2
 #define FD_ATOL_LAYER 1e-4 /* objective sum(c * y), ~10 terms of size ~1 */
@@ -51,31 +52,12 @@
 #define KINK_MARGIN 0.05
 #define MAX_PARAMS 16
 
-#define OK(expr)                                                                      \
-  do {                                                                                \
-    lamp_status st_ = (expr);                                                         \
-    if (st_ != LAMP_OK) fail_msg("%s failed: %s", #expr, lamp_last_error());          \
-  } while (0)
-
-static const lamp_exec FP32 = {LAMP_CPU, LAMP_F32, LAMP_F32, 1};
+static const lamp_exec FP32 = {LAMP_CPU, LAMP_F32, LAMP_F32, 1, LAMP_F32};
 
 /* ---- tensors ------------------------------------------------------------------------------- */
 
-static lamp_tensor *new_tensor(lamp_dtype dtype, int ndim, const int64_t *shape) {
-  lamp_tensor *t;
-  OK(lamp_tensor_new(&t, dtype, LAMP_CPU, ndim, shape, LAMP_MEM_DATA));
-  return t;
-}
-
 static lamp_tensor *f32_2d(int64_t rows, int64_t cols) {
   return new_tensor(LAMP_F32, 2, (int64_t[]){rows, cols});
-}
-
-static float *fp(const lamp_tensor *t) { return lamp_tensor_data(t); }
-
-static void fill_uniform(lamp_tensor *t, lamp_rng *r, double lo, double hi) {
-  float *v = fp(t);
-  for (size_t i = 0; i < lamp_tensor_numel(t); i++) v[i] = (float)(lo + (hi - lo) * lamp_rng_uniform(r));
 }
 
 /* |v| in [lo, hi] with a random sign: inputs that keep a ReLU away from its kink. */
@@ -85,13 +67,6 @@ static void fill_away_from_zero(lamp_tensor *t, lamp_rng *r, double lo, double h
   for (size_t i = 0; i < lamp_tensor_numel(t); i++)
     if (lamp_rng_uniform(r) < 0.5) v[i] = -v[i];
 }
-
-/* cmocka's assert_float_equal compares in float; these checks want double. */
-#define assert_near(a, b, tol)                                                                      \
-  do {                                                                                              \
-    double a_ = (a), b_ = (b);                                                                      \
-    if (!(fabs(a_ - b_) <= (tol))) fail_msg("%s = %.9g, expected %.9g within %.3g", #a, a_, b_, (double)(tol)); \
-  } while (0)
 
 static float bf16_round(float x) { return lamp_bf16_to_f32(lamp_f32_to_bf16(x)); }
 
@@ -343,7 +318,7 @@ static void test_linear_grads_accumulate(void **state) {
 */
 static void test_linear_autocast_bf16(void **state) {
   (void)state;
-  const lamp_exec ac = {LAMP_CPU, LAMP_BF16, LAMP_F32, 1};
+  const lamp_exec ac = {LAMP_CPU, LAMP_BF16, LAMP_F32, 1, LAMP_F32};
   enum { B = 5, IN = 6, OUT = 3 };
   lamp_rng r;
   lamp_rng_seed(&r, 7);
@@ -402,7 +377,7 @@ static void test_linear_autocast_bf16(void **state) {
 */
 static void test_linear_bf16_policy(void **state) {
   (void)state;
-  const lamp_exec pol = {LAMP_CPU, LAMP_BF16, LAMP_BF16, 1};
+  const lamp_exec pol = {LAMP_CPU, LAMP_BF16, LAMP_BF16, 1, LAMP_F32};
   enum { B = 4, IN = 8, OUT = 5 };
   lamp_rng r;
   lamp_rng_seed(&r, 8);
@@ -449,7 +424,7 @@ static void test_relu_grad(void **state) {
 /* Mixed dtypes (f32 in, bf16 out, f32 gradients) go through the workspace path. */
 static void test_relu_mixed_dtypes(void **state) {
   (void)state;
-  const lamp_exec pol = {LAMP_CPU, LAMP_BF16, LAMP_BF16, 1};
+  const lamp_exec pol = {LAMP_CPU, LAMP_BF16, LAMP_BF16, 1, LAMP_F32};
   lamp_rng r;
   lamp_rng_seed(&r, 22);
   lamp_layer *l;
@@ -526,26 +501,6 @@ static void sequential_fd(lamp_layer *net, const char *const *names) {
   assert_close(fp(f.y), want, SEQ_B * SEQ_OUT, 1e-5, 1e-5, "y");
   fd_check(&f);
   fd_teardown(&f);
-}
-
-static lamp_layer *linear(int64_t in, int64_t out) {
-  lamp_layer *l;
-  OK(lamp_linear_new(&l, in, out, 1));
-  return l;
-}
-
-static lamp_layer *relu(void) {
-  lamp_layer *l;
-  OK(lamp_relu_new(&l));
-  return l;
-}
-
-/* Builds a Sequential and drops the caller's references to the children (it retains them). */
-static lamp_layer *seq(size_t n, lamp_layer *const *children) {
-  lamp_layer *s;
-  OK(lamp_sequential_new(&s, children, n));
-  for (size_t i = 0; i < n; i++) lamp_layer_release(children[i]);
-  return s;
 }
 
 static void test_sequential_grad(void **state) {
@@ -712,7 +667,7 @@ static void test_model_grad(void **state) {
   lamp_layer *net = seq(5, (lamp_layer *[]){linear(6, 5), relu(), linear(5, 4), relu(), linear(4, 3)});
   OK(lamp_model_new(&c.model, net));
   lamp_layer_release(net);
-  lamp_model_config cfg = {LAMP_CPU, LAMP_F32, LAMP_F32, LAMP_F32, 0, 1234};
+  lamp_model_config cfg = {LAMP_CPU, LAMP_F32, LAMP_F32, LAMP_F32, 0, 1234, LAMP_F32};
   OK(lamp_model_build(c.model, &cfg));
   OK(lamp_cross_entropy_new(&c.loss));
   c.x = f32_2d(M_B, 6);

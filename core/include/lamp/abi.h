@@ -21,6 +21,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 #ifdef __cplusplus
 extern "C" {
@@ -124,6 +125,19 @@ typedef struct lamp_plugin {
   .magic = LAMP_PLUGIN_MAGIC, .struct_size = sizeof(table_type), .abi_major = LAMP_ABI_MAJOR,   \
   .abi_minor = LAMP_ABI_MINOR, .kind = (kind_), .name = (name_), .version = (version_),        \
   .description = (description_)
+
+/*
+** Fills a caller-sized output struct (first member: uint32_t struct_size, set by the caller)
+** from the plugin's full version of it, copying only what both sides know. This is how a
+** plugin built against a newer minor answers an older core, and the reverse.
+*/
+static inline void lamp_struct_copy_out(void *out, const void *full, size_t full_size) {
+  uint32_t caller_size;
+  memcpy(&caller_size, out, sizeof caller_size);
+  size_t n = caller_size < full_size ? caller_size : full_size;
+  if (n > sizeof caller_size)
+    memcpy((char *)out + sizeof caller_size, (const char *)full + sizeof caller_size, n - sizeof caller_size);
+}
 
 #define LAMP_ENTRY_SYMBOL "lamp_plugin_entry_v1"
 typedef const lamp_plugin *(*lamp_plugin_entry_fn)(const struct lamp_host *host);

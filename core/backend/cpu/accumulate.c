@@ -1,0 +1,48 @@
+/*
+** Rounding through a 16-bit dtype while staying in fp32 storage. The CPU has no 16-bit GEMM,
+** so 16-bit operands are fed to sgemm widened (exactly) to fp32; these kernels give fp32 arrays
+** whose values are what a 16-bit tensor would hold, and add 16-bit-rounded gradients into the
+** fp32 accumulation buffer without a 16-bit intermediate (DESIGN.md, "fp32 accumulation buffer
+** for 16-bit gradients"): one pass instead of a rounding pass plus a widening pass.
+*/
+#include "backend/backend.h"
+#include "backend/cpu/cpu_backend.h"
+#include "tensor/half.h"
+
+#include <string.h>
+
+static void add_block(float *restrict dst, const float *restrict src, size_t n) {
+  size_t i = 0;
+  for (; i + LAMP_CPU_BLOCK <= n; i += LAMP_CPU_BLOCK)
+    for (size_t k = 0; k < LAMP_CPU_BLOCK; k++) dst[i + k] += src[i + k];
+  for (; i < n; i++) dst[i] += src[i];
+}
+
+static lamp_status check_args(const char *fn, lamp_device device, float *dst, const float *src, lamp_dtype via,
+                              size_t n) {
+  if (device != LAMP_CPU) return lamp_cpu_unsupported_device(fn, device);
+  lamp_status s = lamp_cpu_check_float(fn, "via", via);
+  if (s == LAMP_OK) s = lamp_cpu_check_data(fn, "dst", dst, n);
+  if (s == LAMP_OK) s = lamp_cpu_check_data(fn, "src", src, n);
+  return s;
+}
+
+lamp_status lamp_round_through(lamp_device device, float *dst, const float *src, lamp_dtype via, size_t n) {
+  lamp_status s = check_args("round_through", device, dst, src, via, n);
+  if (s != LAMP_OK) return s;
+  if (via == LAMP_F16) lamp_round_f16_n(dst, src, n);
+  else if (via == LAMP_BF16) lamp_round_bf16_n(dst, src, n);
+  else if (dst != src) memmove(dst, src, n * sizeof *dst);
+  return LAMP_OK;
+}
+
+lamp_status lamp_accumulate_rounded(lamp_device device, float *dst, const float *src, lamp_dtype via, size_t n) {
+  lamp_status s = check_args("accumulate_rounded", device, dst, src, via, n);
+  if (s != LAMP_OK) return s;
+  if (via == LAMP_F16) lamp_add_rounded_f16_n(dst, src, n);
+  else if (via == LAMP_BF16) lamp_add_rounded_bf16_n(dst, src, n);
+  else add_block(dst, src, n);
+  return LAMP_OK;
+}
+
+int lamp_backend_native_16bit_gemm(lamp_device device) { return device != LAMP_CPU; }
