@@ -43,6 +43,9 @@ typedef struct lamp_exec {
   int training;
   lamp_dtype grad_dtype;       /* parameter gradients are produced in this dtype, then
                                   accumulated into the fp32 gradient slab (f32: directly) */
+  int overwrite_grads;         /* set on the first backward after the gradients were
+                                  released: accumulate_grads must WRITE every element of
+                                  its gradient views instead of adding (saves zeroing) */
 } lamp_exec;
 
 typedef struct lamp_layer_ops {
@@ -74,7 +77,8 @@ typedef struct lamp_layer_ops {
   lamp_status (*backward_input)(lamp_layer *layer, const lamp_exec *exec, const lamp_tensor *x,
                                 const lamp_tensor *y, const lamp_tensor *dy, lamp_tensor *dx);
 
-  /* grad += dL/dparams. NULL for layers without parameters. */
+  /* grad += dL/dparams (grad = dL/dparams when exec->overwrite_grads, every element, even
+     for an empty batch). NULL for layers without parameters. */
   lamp_status (*accumulate_grads)(lamp_layer *layer, const lamp_exec *exec, const lamp_tensor *x,
                                   const lamp_tensor *dy);
 

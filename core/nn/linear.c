@@ -288,9 +288,13 @@ static lamp_status accumulate_weight_grad(linear *l, const lamp_exec *exec, cons
                                           size_t rows) {
   size_t in = (size_t)l->in, out = (size_t)l->out;
   lamp_dtype op = operand_dtype(exec);
-  if (exec->grad_dtype == LAMP_F32)
-    return lamp_gemm(exec->device, 1, 0, out, in, rows, 1.0f, dyd, op, out, xd, op, in, 1.0f,
-                     lamp_tensor_data(l->gweight), LAMP_F32, in);
+  float *g = lamp_tensor_data(l->gweight);
+  if (exec->grad_dtype == LAMP_F32 || exec->overwrite_grads) { /* straight into the slab */
+    lamp_status st = lamp_gemm(exec->device, 1, 0, out, in, rows, 1.0f, dyd, op, out, xd, op, in,
+                               exec->overwrite_grads ? 0.0f : 1.0f, g, LAMP_F32, in);
+    if (st != LAMP_OK || exec->grad_dtype == LAMP_F32) return st;
+    return lamp_round_through(exec->device, g, g, exec->grad_dtype, out * in);
+  }
   int64_t shape[1] = {(int64_t)(out * in)};
   lamp_status st = lamp_tensor_ensure(&l->grad_buf, LAMP_F32, exec->device, 1, shape, LAMP_MEM_WORKSPACE);
   if (st == LAMP_OK)
@@ -305,9 +309,13 @@ static lamp_status accumulate_weight_grad(linear *l, const lamp_exec *exec, cons
 /* db += sum over rows of dy, summed in fp32 from the stored values (reductions run in fp32). */
 static lamp_status accumulate_bias_grad(linear *l, const lamp_exec *exec, const lamp_tensor *dy, size_t rows) {
   size_t out = (size_t)l->out;
-  if (exec->grad_dtype == LAMP_F32)
-    return lamp_sum_rows(exec->device, lamp_tensor_data(l->gbias), lamp_tensor_data(dy), dy->dtype, rows, out,
-                         1.0f, 1.0f);
+  float *g = lamp_tensor_data(l->gbias);
+  if (exec->grad_dtype == LAMP_F32 || exec->overwrite_grads) {
+    lamp_status st = lamp_sum_rows(exec->device, g, lamp_tensor_data(dy), dy->dtype, rows, out, 1.0f,
+                                   exec->overwrite_grads ? 0.0f : 1.0f);
+    if (st != LAMP_OK || exec->grad_dtype == LAMP_F32) return st;
+    return lamp_round_through(exec->device, g, g, exec->grad_dtype, out);
+  }
   /* grad_buf (out * in >= out fp32 elements) is free again once the weight gradient is in. */
   float *sums = lamp_tensor_data(l->grad_buf);
   lamp_status st = lamp_sum_rows(exec->device, sums, lamp_tensor_data(dy), dy->dtype, rows, out, 1.0f, 0.0f);
@@ -316,7 +324,15 @@ static lamp_status accumulate_bias_grad(linear *l, const lamp_exec *exec, const 
   return st;
 }
 
-/* dW += dy^T x; db += sum over rows of dy. */
+/* An empty batch still owes a fresh backward its (zero) gradients. */
+static lamp_status zero_grads(linear *l, const lamp_exec *exec) {
+  lamp_status st = lamp_fill(exec->device, lamp_tensor_data(l->gweight), LAMP_F32, (size_t)(l->out * l->in), 0.0f);
+  if (st == LAMP_OK && l->has_bias)
+    st = lamp_fill(exec->device, lamp_tensor_data(l->gbias), LAMP_F32, (size_t)l->out, 0.0f);
+  return st;
+}
+
+/* dW += dy^T x; db += sum over rows of dy (or = when exec->overwrite_grads). */
 static lamp_status linear_accumulate_grads(lamp_layer *layer, const lamp_exec *exec, const lamp_tensor *x,
                                            const lamp_tensor *dy) {
   linear *l = (linear *)layer;
@@ -324,7 +340,8 @@ static lamp_status linear_accumulate_grads(lamp_layer *layer, const lamp_exec *e
   lamp_status st = check_bound(l);
   if (st == LAMP_OK) st = check_input(l, x, &rows);
   if (st == LAMP_OK) st = check_matrix(l, dy, "output gradient", rows, out);
-  if (st != LAMP_OK || rows == 0) return st;
+  if (st != LAMP_OK) return st;
+  if (rows == 0) return exec->overwrite_grads ? zero_grads(l, exec) : LAMP_OK;
   const void *xd, *dyd;
   st = as_operand(&l->x_copy, exec, x, rows * in, 1, &xd);
   if (st == LAMP_OK) st = as_operand(&l->dy_copy, exec, dy, rows * out, 1, &dyd);

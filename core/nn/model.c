@@ -268,8 +268,11 @@ lamp_status lamp_model_forward(lamp_model *model, const lamp_tensor *x, int trai
   if (x->device != model->config.device)
     return lamp_error(LAMP_ERR_INVALID_ARG, "model: input is on %s, the model on %s", lamp_device_name(x->device),
                       lamp_device_name(model->config.device));
-  model->exec = (lamp_exec){model->config.device, model->config.compute_dtype, model->config.activation_dtype,
-                            training, model->config.grad_dtype};
+  model->exec = (lamp_exec){.device = model->config.device,
+                            .compute_dtype = model->config.compute_dtype,
+                            .activation_dtype = model->config.activation_dtype,
+                            .training = training,
+                            .grad_dtype = model->config.grad_dtype};
   lamp_layer *root = model->root;
   int nd;
   int64_t shape[LAMP_MAX_DIMS];
@@ -291,7 +294,15 @@ static int same_shape(const lamp_tensor *a, const lamp_tensor *b) {
   return 1;
 }
 
-lamp_status lamp_model_backward(lamp_model *model, const lamp_tensor *dy) {
+static lamp_status run_backward(lamp_model *model, const lamp_tensor *dy, int overwrite);
+
+lamp_status lamp_model_backward(lamp_model *model, const lamp_tensor *dy) { return run_backward(model, dy, 0); }
+
+lamp_status lamp_model_backward_fresh(lamp_model *model, const lamp_tensor *dy) {
+  return run_backward(model, dy, 1);
+}
+
+static lamp_status run_backward(lamp_model *model, const lamp_tensor *dy, int overwrite) {
   if (!model->built) return lamp_error(LAMP_ERR_INVALID_USAGE, "model: backward before lamp_model_build");
   if (model->x == NULL) return lamp_error(LAMP_ERR_INVALID_USAGE, "model: backward without a successful forward");
   if (!same_shape(dy, model->y)) {
@@ -302,5 +313,7 @@ lamp_status lamp_model_backward(lamp_model *model, const lamp_tensor *dy) {
   lamp_layer *root = model->root;
   lamp_status st = root->ops->backward_input(root, &model->exec, model->x, model->y, dy, NULL);
   if (st != LAMP_OK || root->ops->accumulate_grads == NULL) return st;
-  return root->ops->accumulate_grads(root, &model->exec, model->x, dy);
+  lamp_exec exec = model->exec;
+  exec.overwrite_grads = overwrite;
+  return root->ops->accumulate_grads(root, &exec, model->x, dy);
 }

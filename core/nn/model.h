@@ -78,4 +78,8 @@ lamp_status lamp_model_forward(lamp_model *model, const lamp_tensor *x, int trai
 */
 lamp_status lamp_model_backward(lamp_model *model, const lamp_tensor *dy);
 
+/* The same, but the gradient slab receives this backward's gradients instead of adding them:
+   the first micro-step of an accumulation group needs no zeroing pass before it. */
+lamp_status lamp_model_backward_fresh(lamp_model *model, const lamp_tensor *dy);
+
 #endif

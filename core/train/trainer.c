@@ -171,8 +171,11 @@ void lamp_trainer_free(lamp_trainer *t) {
 /* ---- the step ---------------------------------------------------------------------------- */
 
 static lamp_exec exec_of(const lamp_trainer *t, int training) {
-  return (lamp_exec){t->config.device, (lamp_dtype)t->policy.compute_dtype, (lamp_dtype)t->policy.activation_dtype,
-                     training, (lamp_dtype)t->policy.grad_dtype};
+  return (lamp_exec){.device = t->config.device,
+                     .compute_dtype = (lamp_dtype)t->policy.compute_dtype,
+                     .activation_dtype = (lamp_dtype)t->policy.activation_dtype,
+                     .training = training,
+                     .grad_dtype = (lamp_dtype)t->policy.grad_dtype};
 }
 
 static lamp_status forward_backward(lamp_trainer *t, const lamp_tensor *x, const lamp_tensor *y, double scale,
@@ -191,11 +194,16 @@ static lamp_status forward_backward(lamp_trainer *t, const lamp_tensor *x, const
   if (!isfinite(*loss) && !(t->policy.flags & LAMP_POLICY_LOSS_SCALING))
     return lamp_error(LAMP_ERR_NUMERIC, "Trainer: loss is %s at step %llu; training cannot continue (lower the learning rate or enable clipping)",
                       isnan(*loss) ? "NaN" : (*loss > 0 ? "+inf" : "-inf"), (unsigned long long)t->stats.steps + 1);
-  return lamp_model_backward(t->model, t->dlogits);
+  /* The first micro-step writes the gradients afresh: no zeroing pass over the slab. */
+  return t->micro == 0 ? lamp_model_backward_fresh(t->model, t->dlogits) : lamp_model_backward(t->model, t->dlogits);
 }
 
-/* Sums gradients over ranks, then unscales by 1/(S*N) and checks in one pass. */
-static lamp_status reduce_and_unscale(lamp_trainer *t, double scale, int *found_inf) {
+/*
+** Sums gradients over ranks, then checks them for inf/NaN in one read-only pass of the host
+** kernel. The division by S*N is not a pass of its own: it is folded into the optimizer's
+** fused step as grad_scale, the way PyTorch's fused optimizers take the scaler's inverse scale.
+*/
+static lamp_status reduce_and_check(lamp_trainer *t, int *found_inf) {
   float *grads = lamp_tensor_data(lamp_model_grads(t->model));
   size_t n = lamp_model_numel(t->model);
   int world = t->stats.world;
@@ -204,31 +212,32 @@ static lamp_status reduce_and_unscale(lamp_trainer *t, double scale, int *found_
     if (st != LAMP_OK) return st;
   }
   *found_inf = 0;
-  /* Nothing to unscale and no scaler to inform: skip a pass over every gradient. A NaN still
-     surfaces, through the loss check of the next step. */
-  if (world == 1 && scale == 1.0 && !(t->policy.flags & LAMP_POLICY_LOSS_SCALING)) return LAMP_OK;
-  /* The reciprocal in double, as PyTorch does: fp32 division can be inexact for large S. */
-  float inv = (float)(1.0 / (scale * (double)world));
-  return lamp_unscale_and_check(t->config.device, grads, n, inv, found_inf);
+  /* One rank and no scaler to inform: skip the pass. A NaN still surfaces, through the loss
+     check of the next step; with several ranks every one must stop at the same step. */
+  if (world == 1 && !(t->policy.flags & LAMP_POLICY_LOSS_SCALING)) return LAMP_OK;
+  return lamp_unscale_and_check(t->config.device, grads, n, 1.0f, found_inf);
 }
 
-static lamp_status clip_coefficient(lamp_trainer *t, double *coef) {
+/* unscale = 1/(S*N) turns the slab's summed, scaled gradients into the averaged true ones. */
+static lamp_status clip_coefficient(lamp_trainer *t, double unscale, double *coef) {
   *coef = 1.0;
   if (t->config.clip == 0.0) return LAMP_OK; /* the norm costs a pass; only clipping needs it */
   double sumsq;
   lamp_status st = lamp_sum_squares(t->config.device, lamp_tensor_data(lamp_model_grads(t->model)),
                                     lamp_model_numel(t->model), &sumsq);
   if (st != LAMP_OK) return st;
-  t->stats.grad_norm = sqrt(sumsq);
+  t->stats.grad_norm = sqrt(sumsq) * unscale;
   /* PyTorch's clip_grad_norm_: scale by max_norm / (norm + 1e-6) only when that is < 1. */
   double c = t->config.clip / (t->stats.grad_norm + 1e-6);
   if (c < 1.0) *coef = c;
   return LAMP_OK;
 }
 
-static lamp_status optimizer_step(lamp_trainer *t) {
+static lamp_status optimizer_step(lamp_trainer *t, double scale) {
+  /* In double, as PyTorch computes 1/S: fp32 division can be inexact for large S. */
+  double unscale = 1.0 / (scale * (double)t->stats.world);
   double coef;
-  lamp_status st = clip_coefficient(t, &coef);
+  lamp_status st = clip_coefficient(t, unscale, &coef);
   if (st != LAMP_OK) return st;
   double lr = lamp_schedule_lr(&t->config.schedule, t->base_lr, t->stats.steps);
   if ((st = lamp_model_begin_update(t->model)) != LAMP_OK) return st;
@@ -242,7 +251,7 @@ static lamp_status optimizer_step(lamp_trainer *t) {
       .n_segments = t->n_segments,
       .step = t->stats.steps + 1,
       .lr = lr,
-      .grad_scale = coef,
+      .grad_scale = coef * unscale,
   };
   st = lamp_optim_apply(t->config.optim, &step);
   if (st != LAMP_OK) return st;
@@ -253,7 +262,7 @@ static lamp_status optimizer_step(lamp_trainer *t) {
 
 static lamp_status finish_accumulation_group(lamp_trainer *t, double scale) {
   int found_inf;
-  lamp_status st = reduce_and_unscale(t, scale, &found_inf);
+  lamp_status st = reduce_and_check(t, &found_inf);
   if (st != LAMP_OK) return st;
   int skip = 0;
   st = lamp_precision_update(t->config.precision, found_inf, &skip);
@@ -268,7 +277,7 @@ static lamp_status finish_accumulation_group(lamp_trainer *t, double scale) {
              (unsigned long long)t->stats.steps + 1, scale, lamp_precision_loss_scale(t->config.precision),
              (unsigned long long)t->stats.skipped_steps);
   } else {
-    st = optimizer_step(t);
+    st = optimizer_step(t, scale);
     if (st != LAMP_OK) return st;
   }
   t->stats.loss_scale = lamp_precision_loss_scale(t->config.precision);
@@ -277,7 +286,6 @@ static lamp_status finish_accumulation_group(lamp_trainer *t, double scale) {
 
 lamp_status lamp_trainer_step(lamp_trainer *t, const lamp_tensor *x, const lamp_tensor *y) {
   lamp_status st;
-  if (t->micro == 0 && (st = lamp_model_zero_grads(t->model)) != LAMP_OK) return st;
   double scale = lamp_precision_loss_scale(t->config.precision);
   double loss;
   st = forward_backward(t, x, y, scale, &loss);

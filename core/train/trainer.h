@@ -3,9 +3,9 @@
 **
 **   forward -> loss (scaled by the precision policy's S, divided by the accumulation count)
 **   -> backward (gradients accumulate in the fp32 slab) -> [last micro-step only]
-**   all-reduce (sum) through the communicator -> unscale-and-check (x 1/(S*N), one pass)
-**   -> scaler update decides skip -> clip -> optimizer step on the fp32 slab
-**   -> refresh 16-bit weights.
+**   all-reduce (sum) through the communicator -> inf/NaN check (one read-only pass)
+**   -> scaler update decides skip -> clip -> optimizer step on the fp32 slab, whose fused
+**   pass also unscales (grad_scale = clip / (S*N)) -> refresh 16-bit weights.
 **
 ** Gradients are all-reduced before the check, so every rank sees the same inf/NaN and makes
 ** the same skip decision without extra communication.

@@ -42,7 +42,7 @@ static lamp_status bf16_policy(void *state, lamp_precision_policy *out) {
       .weight_dtype = LAMP_BF16,
       .compute_dtype = LAMP_BF16,
       .activation_dtype = LAMP_BF16,
-      .grad_dtype = LAMP_BF16,
+      .grad_dtype = LAMP_F32, /* the weight-gradient GEMM accumulates in fp32 straight into the buffer */
       .accum_dtype = LAMP_F32,
       .flags = s->master_weights ? LAMP_POLICY_MASTER_WEIGHTS : 0u,
   };

@@ -104,7 +104,7 @@ static lamp_status fp16_policy(void *state, lamp_precision_policy *out) {
       .weight_dtype = LAMP_F16,
       .compute_dtype = LAMP_F16,
       .activation_dtype = LAMP_F16,
-      .grad_dtype = LAMP_F16,
+      .grad_dtype = LAMP_F32, /* the weight-gradient GEMM accumulates in fp32 straight into the buffer */
       .accum_dtype = LAMP_F32,
       .flags = LAMP_POLICY_LOSS_SCALING | (s->master_weights ? LAMP_POLICY_MASTER_WEIGHTS : 0u),
   };

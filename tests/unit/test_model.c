@@ -32,8 +32,8 @@
     assert_string_equal(lamp_last_error(), (message));                                \
   } while (0)
 
-static const lamp_model_config FP32_CFG = {LAMP_CPU, LAMP_F32, LAMP_F32, LAMP_F32, 0, 42, LAMP_F32};
-static const lamp_model_config BF16_CFG = {LAMP_CPU, LAMP_BF16, LAMP_BF16, LAMP_BF16, 1, 42, LAMP_F32};
+static const lamp_model_config FP32_CFG = {.device = LAMP_CPU, .weight_dtype = LAMP_F32, .compute_dtype = LAMP_F32, .activation_dtype = LAMP_F32, .master_weights = 0, .seed = 42, .grad_dtype = LAMP_F32};
+static const lamp_model_config BF16_CFG = {.device = LAMP_CPU, .weight_dtype = LAMP_BF16, .compute_dtype = LAMP_BF16, .activation_dtype = LAMP_BF16, .master_weights = 1, .seed = 42, .grad_dtype = LAMP_F32};
 
 /* ---- helpers ---------------------------------------------------------------------------- */
 
@@ -173,7 +173,7 @@ static void test_views_sit_at_table_offsets(void **state) {
 /* With bf16 weights: forward (fp32 compute) sees exactly the rounded masters, at the same offsets. */
 static void test_master_offsets_match_weights(void **state) {
   (void)state;
-  const lamp_model_config cfg = {LAMP_CPU, LAMP_BF16, LAMP_F32, LAMP_F32, 1, 3, LAMP_F32};
+  const lamp_model_config cfg = {.device = LAMP_CPU, .weight_dtype = LAMP_BF16, .compute_dtype = LAMP_F32, .activation_dtype = LAMP_F32, .master_weights = 1, .seed = 3, .grad_dtype = LAMP_F32};
   lamp_model *m = model_of(mlp(3, (int64_t[]){3, 2, 2}), &cfg);
   float *master = fp(lamp_model_master(m));
   assert_ptr_equal(lamp_model_trainable(m), master);
@@ -395,7 +395,7 @@ static void test_linear_feature_mismatch(void **state) {
   lamp_layer *l = lamp_model_root(m);
   lamp_tensor *x = new_tensor(LAMP_F32, 2, (int64_t[]){128, 100});
   lamp_tensor *y = new_tensor(LAMP_F32, 2, (int64_t[]){128, 10});
-  const lamp_exec exec = {LAMP_CPU, LAMP_F32, LAMP_F32, 1, LAMP_F32};
+  const lamp_exec exec = {.device = LAMP_CPU, .compute_dtype = LAMP_F32, .activation_dtype = LAMP_F32, .training = 1, .grad_dtype = LAMP_F32};
   FAILS(l->ops->forward(l, &exec, x, y), LAMP_ERR_INVALID_ARG,
         "Linear(784 -> 10): input f32[128, 100] has 100 features, expected 784");
   int nd;

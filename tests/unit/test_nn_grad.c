@@ -52,7 +52,7 @@
 #define KINK_MARGIN 0.05
 #define MAX_PARAMS 16
 
-static const lamp_exec FP32 = {LAMP_CPU, LAMP_F32, LAMP_F32, 1, LAMP_F32};
+static const lamp_exec FP32 = {.device = LAMP_CPU, .compute_dtype = LAMP_F32, .activation_dtype = LAMP_F32, .training = 1, .grad_dtype = LAMP_F32};
 
 /* ---- tensors ------------------------------------------------------------------------------- */
 
@@ -318,7 +318,7 @@ static void test_linear_grads_accumulate(void **state) {
 */
 static void test_linear_autocast_bf16(void **state) {
   (void)state;
-  const lamp_exec ac = {LAMP_CPU, LAMP_BF16, LAMP_F32, 1, LAMP_F32};
+  const lamp_exec ac = {.device = LAMP_CPU, .compute_dtype = LAMP_BF16, .activation_dtype = LAMP_F32, .training = 1, .grad_dtype = LAMP_F32};
   enum { B = 5, IN = 6, OUT = 3 };
   lamp_rng r;
   lamp_rng_seed(&r, 7);
@@ -377,7 +377,7 @@ static void test_linear_autocast_bf16(void **state) {
 */
 static void test_linear_bf16_policy(void **state) {
   (void)state;
-  const lamp_exec pol = {LAMP_CPU, LAMP_BF16, LAMP_BF16, 1, LAMP_F32};
+  const lamp_exec pol = {.device = LAMP_CPU, .compute_dtype = LAMP_BF16, .activation_dtype = LAMP_BF16, .training = 1, .grad_dtype = LAMP_F32};
   enum { B = 4, IN = 8, OUT = 5 };
   lamp_rng r;
   lamp_rng_seed(&r, 8);
@@ -424,7 +424,7 @@ static void test_relu_grad(void **state) {
 /* Mixed dtypes (f32 in, bf16 out, f32 gradients) go through the workspace path. */
 static void test_relu_mixed_dtypes(void **state) {
   (void)state;
-  const lamp_exec pol = {LAMP_CPU, LAMP_BF16, LAMP_BF16, 1, LAMP_F32};
+  const lamp_exec pol = {.device = LAMP_CPU, .compute_dtype = LAMP_BF16, .activation_dtype = LAMP_BF16, .training = 1, .grad_dtype = LAMP_F32};
   lamp_rng r;
   lamp_rng_seed(&r, 22);
   lamp_layer *l;
@@ -667,7 +667,7 @@ static void test_model_grad(void **state) {
   lamp_layer *net = seq(5, (lamp_layer *[]){linear(6, 5), relu(), linear(5, 4), relu(), linear(4, 3)});
   OK(lamp_model_new(&c.model, net));
   lamp_layer_release(net);
-  lamp_model_config cfg = {LAMP_CPU, LAMP_F32, LAMP_F32, LAMP_F32, 0, 1234, LAMP_F32};
+  lamp_model_config cfg = {.device = LAMP_CPU, .weight_dtype = LAMP_F32, .compute_dtype = LAMP_F32, .activation_dtype = LAMP_F32, .master_weights = 0, .seed = 1234, .grad_dtype = LAMP_F32};
   OK(lamp_model_build(c.model, &cfg));
   OK(lamp_cross_entropy_new(&c.loss));
   c.x = f32_2d(M_B, 6);
