@@ -25,6 +25,13 @@ static int lamp_memory(lua_State *L) {
   return 1;
 }
 
+/* lamp.reset_memory_peaks(): every peak becomes the current value (start of a measurement). */
+static int lamp_reset_memory_peaks(lua_State *L) {
+  (void)L;
+  lamp_ledger_reset_peaks();
+  return 0;
+}
+
 static void push_argument_value(lua_State *L, const char *value) {
   if (strcmp(value, "true") == 0) lua_pushboolean(L, 1);
   else if (strcmp(value, "false") == 0) lua_pushboolean(L, 0);
@@ -98,7 +105,9 @@ static int lamp_parse_args(lua_State *L) {
   return 1;
 }
 
-static const luaL_Reg lamp_functions[] = {{"memory", lamp_memory}, {"parse_args", lamp_parse_args}, {NULL, NULL}};
+static const luaL_Reg lamp_functions[] = {{"memory", lamp_memory},
+                                          {"reset_memory_peaks", lamp_reset_memory_peaks},
+                                          {"parse_args", lamp_parse_args}, {NULL, NULL}};
 
 int luaopen_lamp(lua_State *L) {
   luaL_newlib(L, lamp_functions);

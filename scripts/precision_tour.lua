@@ -1,0 +1,87 @@
+-- Trains the same MLP under fp32, fp16 and bf16 (same seed, same data order) and prints one
+-- table: test accuracy, samples/s, skipped steps, final loss scale, and the memory ledger's
+-- peak bytes per category during training.
+--
+--   build/lamp scripts/precision_tour.lua [--epochs=1] [--batch=128] [--seed=0] [--hidden=1024,1024]
+--       [--policies=fp32,fp16,bf16] [--limit=N]
+local lamp = require "lamp"
+local nn = lamp.nn
+
+local args = lamp.parse_args(arg, { epochs = 1, batch = 128, seed = 0, hidden = "1024,1024",
+                                    policies = "fp32,fp16,bf16", limit = 0, lr = 0.05 })
+
+local function list(spec)
+  local out = {}
+  for item in tostring(spec):gmatch("[^,]+") do out[#out + 1] = item end
+  return out
+end
+
+local train = lamp.data.idx("fashion-mnist", "train")
+if args.limit > 0 then train = train:subset(1, math.min(args.limit, train:size())) end
+local test = lamp.data.idx("fashion-mnist", "t10k")
+local comm = lamp.comm("single")
+
+local function build_model()
+  local layers, width = {}, 784
+  for _, h in ipairs(list(args.hidden)) do
+    layers[#layers + 1] = nn.Linear(width, math.tointeger(tonumber(h)))
+    layers[#layers + 1] = nn.ReLU()
+    width = math.tointeger(tonumber(h))
+  end
+  layers[#layers + 1] = nn.Linear(width, 10)
+  return nn.Sequential(layers)
+end
+
+local categories = { "params", "grads", "master", "optim_state", "activations", "workspace" }
+
+local function run(policy)
+  collectgarbage()
+  local loader = lamp.data.loader(train, { batch = args.batch, shuffle = true, drop_last = true, seed = args.seed })
+  local test_loader = lamp.data.loader(test, { batch = 1000 })
+  local before = lamp.memory()
+  lamp.reset_memory_peaks()
+  local trainer <close> = lamp.Trainer {
+    model = build_model(), loss = nn.CrossEntropy(), precision = lamp.precision(policy), comm = comm,
+    optim = lamp.optim("sgd", { lr = args.lr, momentum = 0.9 }),
+    schedule = lamp.lr.cosine { total = loader:batches() * args.epochs }, seed = args.seed,
+  }
+  local samples, seconds = 0, 0
+  for _ = 1, args.epochs do
+    local r = trainer:epoch(loader)
+    samples, seconds = samples + r.samples, seconds + r.seconds
+  end
+  local eval = trainer:evaluate(test_loader)
+  local stats = trainer:stats()
+  local mem = lamp.memory()
+  local row = { policy = policy, accuracy = eval.accuracy, sps = samples / seconds,
+                skipped = stats.skipped_steps, scale = stats.loss_scale, bytes = {} }
+  local total = 0
+  for _, k in ipairs(categories) do
+    -- Peaks while this policy trained, net of what was held before it started (the data).
+    row.bytes[k] = mem[k].peak - before[k].current
+    total = total + row.bytes[k]
+  end
+  row.bytes.total = total
+  return row
+end
+
+local rows = {}
+for _, policy in ipairs(list(args.policies)) do rows[#rows + 1] = run(policy) end
+
+local function mib(b) return string.format("%8.2f", b / 1048576) end
+print(string.format("\n%-6s %9s %10s %8s %8s | %8s %8s %8s %8s %8s %8s %8s", "policy", "test acc",
+  "samples/s", "skipped", "scale", "params", "grads", "master", "optim", "activ", "work", "total"))
+print(string.rep("-", 6 + 9 + 10 + 8 + 8 + 4 + 7 * 9 + 1))
+for _, r in ipairs(rows) do
+  print(string.format("%-6s %8.2f%% %10.0f %8d %8g | %s %s %s %s %s %s %s", r.policy, 100 * r.accuracy, r.sps,
+    r.skipped, r.scale, mib(r.bytes.params), mib(r.bytes.grads), mib(r.bytes.master),
+    mib(r.bytes.optim_state), mib(r.bytes.activations), mib(r.bytes.workspace), mib(r.bytes.total)))
+end
+print("(memory: peak MiB per ledger category while training; total = their sum)")
+local base = rows[1]
+for i = 2, #rows do
+  local r = rows[i]
+  print(string.format("%s vs %s: accuracy %+.2f points, speed %.2fx, activations %.0f %%, total memory %.0f %%",
+    r.policy, base.policy, 100 * (r.accuracy - base.accuracy), r.sps / base.sps,
+    100 * r.bytes.activations / base.bytes.activations, 100 * r.bytes.total / base.bytes.total))
+end
