@@ -26,6 +26,9 @@ static int bf16_probe(const lamp_host *h, char *reason, size_t reason_size) {
 }
 
 static lamp_status bf16_create(const lamp_host *h, lamp_ctx *ctx, const double *p, void **state) {
+  if (p[P_MASTER_WEIGHTS] != 0.0 && p[P_MASTER_WEIGHTS] != 1.0)
+    return h->set_error(ctx, LAMP_ERR_INVALID_ARG, "option 'master_weights' must be a boolean (0 or 1), got %g",
+                        p[P_MASTER_WEIGHTS]);
   policy_state *s = malloc(sizeof *s);
   if (s == NULL) return h->set_error(ctx, LAMP_ERR_SYSTEM, "out of memory");
   s->master_weights = p[P_MASTER_WEIGHTS] != 0.0;

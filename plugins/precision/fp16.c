@@ -34,7 +34,8 @@ static const lamp_param params[P_COUNT] = {
 typedef struct scaler {
   const lamp_host *host;
   lamp_ctx *ctx;
-  float growth_factor, backoff_factor, min_scale;
+  double growth_factor, backoff_factor; /* doubles, as torch._amp_update_scale_ takes them */
+  float min_scale;
   uint64_t growth_interval, hysteresis;
   int dynamic, master_weights;
   /* The state a checkpoint keeps. */
@@ -54,7 +55,7 @@ static int is_integer(double v) { return v == floor(v); }
 
 /* The bounds the declared (inclusive) ranges cannot say. */
 static lamp_status check_values(const lamp_host *h, lamp_ctx *ctx, const double *p) {
-  if (!(p[P_INIT_SCALE] > 0.0) || !isfinite((float)p[P_INIT_SCALE]))
+  if (!((float)p[P_INIT_SCALE] > 0.0f) || !isfinite((float)p[P_INIT_SCALE])) /* as the fp32 scale */
     return h->set_error(ctx, LAMP_ERR_INVALID_ARG, "option 'init_scale' must be in (0, 3.40282e+38], got %g",
                         p[P_INIT_SCALE]);
   if (!(p[P_GROWTH_FACTOR] > 1.0))
@@ -69,6 +70,11 @@ static lamp_status check_values(const lamp_host *h, lamp_ctx *ctx, const double 
   if (!is_integer(p[P_HYSTERESIS]))
     return h->set_error(ctx, LAMP_ERR_INVALID_ARG, "option 'hysteresis' must be an integer in [1, 1e+06], got %g",
                         p[P_HYSTERESIS]);
+  if (p[P_DYNAMIC] != 0.0 && p[P_DYNAMIC] != 1.0)
+    return h->set_error(ctx, LAMP_ERR_INVALID_ARG, "option 'dynamic' must be a boolean (0 or 1), got %g", p[P_DYNAMIC]);
+  if (p[P_MASTER_WEIGHTS] != 0.0 && p[P_MASTER_WEIGHTS] != 1.0)
+    return h->set_error(ctx, LAMP_ERR_INVALID_ARG, "option 'master_weights' must be a boolean (0 or 1), got %g",
+                        p[P_MASTER_WEIGHTS]);
   if (p[P_MIN_SCALE] > p[P_INIT_SCALE])
     return h->set_error(ctx, LAMP_ERR_INVALID_ARG, "option 'min_scale' (%g) must not exceed init_scale (%g)",
                         p[P_MIN_SCALE], p[P_INIT_SCALE]);
@@ -84,8 +90,8 @@ static lamp_status fp16_create(const lamp_host *h, lamp_ctx *ctx, const double *
   s->host = h;
   s->ctx = ctx;
   s->scale = (float)p[P_INIT_SCALE];
-  s->growth_factor = (float)p[P_GROWTH_FACTOR];
-  s->backoff_factor = (float)p[P_BACKOFF_FACTOR];
+  s->growth_factor = p[P_GROWTH_FACTOR];
+  s->backoff_factor = p[P_BACKOFF_FACTOR];
   s->growth_interval = (uint64_t)p[P_GROWTH_INTERVAL];
   s->hysteresis = s->hysteresis_left = (uint64_t)p[P_HYSTERESIS];
   s->min_scale = (float)p[P_MIN_SCALE];
@@ -126,7 +132,13 @@ static lamp_status on_overflow(scaler *s) {
                               "gradients overflow at the minimum loss scale %g (min_scale); training cannot continue "
                               "(%llu steps skipped; lower the learning rate, or lower min_scale)",
                               (double)s->scale, (unsigned long long)s->skipped);
-  float next = s->scale * s->backoff_factor;
+  float next = (float)(s->scale * s->backoff_factor); /* formed in double, rounded once, as PyTorch */
+  /* Without a floor PyTorch's scale can reach 0, where it can never grow back: stop instead. */
+  if (next == 0.0f)
+    return s->host->set_error(s->ctx, LAMP_ERR_NUMERIC,
+                              "gradients still overflow after the loss scale fell to %g; training cannot continue "
+                              "(%llu steps skipped; lower the learning rate)",
+                              (double)s->scale, (unsigned long long)s->skipped);
   s->scale = next < s->min_scale ? s->min_scale : next;
   return LAMP_OK;
 }
@@ -134,7 +146,7 @@ static lamp_status on_overflow(scaler *s) {
 /* A clean step: grow after growth_interval of them in a row, never to inf. */
 static void on_clean_step(scaler *s) {
   if (++s->growth_tracker < s->growth_interval) return;
-  float next = s->scale * s->growth_factor;
+  float next = (float)(s->scale * s->growth_factor);
   if (isfinite(next)) s->scale = next;
   s->growth_tracker = 0;
   s->hysteresis_left = s->hysteresis;
