@@ -27,29 +27,6 @@ static lamp_status check_args(const char *fn, lamp_device device, float *dst, co
   return s;
 }
 
-typedef struct round_job {
-  float *dst;
-  const float *src;
-  lamp_dtype via;
-  int add;
-} round_job;
-
-static void round_range(void *ctx, size_t begin, size_t end) {
-  const round_job *j = ctx;
-  float *dst = j->dst + begin;
-  const float *src = j->src + begin;
-  size_t n = end - begin;
-  if (j->via == LAMP_F16) {
-    if (j->add) lamp_add_rounded_f16_n(dst, src, n);
-    else lamp_round_f16_n(dst, src, n);
-  } else if (j->via == LAMP_BF16) {
-    if (j->add) lamp_add_rounded_bf16_n(dst, src, n);
-    else lamp_round_bf16_n(dst, src, n);
-  } else if (j->add) {
-    add_block(dst, src, n);
-  }
-}
-
 lamp_status lamp_round_through(lamp_device device, float *dst, const float *src, lamp_dtype via, size_t n) {
   lamp_status s = check_args("round_through", device, dst, src, via, n);
   if (s != LAMP_OK) return s;
@@ -57,16 +34,17 @@ lamp_status lamp_round_through(lamp_device device, float *dst, const float *src,
     if (dst != src) memmove(dst, src, n * sizeof *dst);
     return LAMP_OK;
   }
-  round_job job = {dst, src, via, 0};
-  lamp_cpu_parallel_for(n, round_range, &job);
+  if (via == LAMP_F16) lamp_round_f16_n(dst, src, n);
+  else lamp_round_bf16_n(dst, src, n);
   return LAMP_OK;
 }
 
 lamp_status lamp_accumulate_rounded(lamp_device device, float *dst, const float *src, lamp_dtype via, size_t n) {
   lamp_status s = check_args("accumulate_rounded", device, dst, src, via, n);
   if (s != LAMP_OK) return s;
-  round_job job = {dst, src, via, 1};
-  lamp_cpu_parallel_for(n, round_range, &job);
+  if (via == LAMP_F16) lamp_add_rounded_f16_n(dst, src, n);
+  else if (via == LAMP_BF16) lamp_add_rounded_bf16_n(dst, src, n);
+  else add_block(dst, src, n);
   return LAMP_OK;
 }
 

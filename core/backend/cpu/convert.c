@@ -33,19 +33,6 @@ static void convert_cpu(void *dst, lamp_dtype dst_dtype, const void *src, lamp_d
   }
 }
 
-typedef struct convert_job {
-  void *dst;
-  lamp_dtype dst_dtype;
-  const void *src;
-  lamp_dtype src_dtype;
-} convert_job;
-
-static void convert_range(void *ctx, size_t begin, size_t end) {
-  const convert_job *j = ctx;
-  convert_cpu((char *)j->dst + begin * lamp_dtype_size(j->dst_dtype), j->dst_dtype,
-              (const char *)j->src + begin * lamp_dtype_size(j->src_dtype), j->src_dtype, end - begin);
-}
-
 lamp_status lamp_convert(lamp_device device, void *dst, lamp_dtype dst_dtype, const void *src,
                          lamp_dtype src_dtype, size_t n) {
   if (device != LAMP_CPU) return lamp_cpu_unsupported_device("convert", device);
@@ -54,12 +41,6 @@ lamp_status lamp_convert(lamp_device device, void *dst, lamp_dtype dst_dtype, co
   if (s == LAMP_OK) s = lamp_cpu_check_data("convert", "dst", dst, n);
   if (s == LAMP_OK) s = lamp_cpu_check_data("convert", "src", src, n);
   if (s != LAMP_OK) return s;
-  /* Overlapping buffers of one dtype must be moved in one piece; everything else is split. */
-  if (dst_dtype == src_dtype) {
-    convert_cpu(dst, dst_dtype, src, src_dtype, n);
-    return LAMP_OK;
-  }
-  convert_job job = {dst, dst_dtype, src, src_dtype};
-  lamp_cpu_parallel_for(n, convert_range, &job);
+  convert_cpu(dst, dst_dtype, src, src_dtype, n);
   return LAMP_OK;
 }

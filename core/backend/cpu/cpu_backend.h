@@ -77,14 +77,6 @@ static inline void lamp_cpu_argmax_fold(const float *x, size_t n, size_t base, f
   *index = at;
 }
 
-/* ---- parallel.c: element ranges over a small pool of sleeping workers --------------------- */
-
-typedef void (*lamp_cpu_range_fn)(void *ctx, size_t begin, size_t end);
-
-/* Calls fn over [0, n) split into ranges, on the calling thread and the pool's workers; small
-   n (or LAMP_NUM_THREADS=1) runs inline. fn must touch only elements of its own range. */
-void lamp_cpu_parallel_for(size_t n, lamp_cpu_range_fn fn, void *ctx);
-
 /* ---- gemm.c ------------------------------------------------------------------------------ */
 
 /* Frees the calling thread's GEMM workspace (it is also freed when the thread exits). */
