@@ -34,7 +34,7 @@ typedef struct linear {
   int has_bias;
   lamp_tensor *weight, *bias;   /* views of the weight slab (weight dtype) */
   lamp_tensor *gweight, *gbias; /* views of the fp32 gradient slab */
-  compute_copy x_copy, w_copy, dy_copy;
+  compute_copy x_copy, w_copy, b_copy, dy_copy;
   lamp_tensor *grad_buf;        /* fp32 GEMM result before rounding to a 16-bit grad_dtype */
 } linear;
 
@@ -253,8 +253,11 @@ static lamp_status linear_forward(lamp_layer *layer, const lamp_exec *exec, cons
   lamp_dtype op = operand_dtype(exec);
   st = lamp_gemm(exec->device, 0, 1, rows, out, in, 1.0f, xd, op, in, wd, op, in, 0.0f, yd, y->dtype, out);
   if (st != LAMP_OK || !l->has_bias) return st;
-  return lamp_add_bias_rows(exec->device, yd, y->dtype, lamp_tensor_data(l->bias), l->bias->dtype,
-                            rows, out);
+  /* The bias joins the GEMM's inputs in the compute dtype too (autocast's addmm rounds it). */
+  const void *bd;
+  st = as_operand(&l->b_copy, exec, l->bias, out, 0, &bd);
+  if (st != LAMP_OK) return st;
+  return lamp_add_bias_rows(exec->device, yd, y->dtype, bd, operand_dtype(exec), rows, out);
 }
 
 /* dx = dy W. */
@@ -367,6 +370,7 @@ static void linear_destroy(lamp_layer *layer) {
   lamp_tensor_release(l->x_copy.buf);
   lamp_tensor_release(l->w_copy.buf);
   lamp_tensor_release(l->dy_copy.buf);
+  lamp_tensor_release(l->b_copy.buf);
   lamp_tensor_release(l->grad_buf);
   free(l);
 }

@@ -32,6 +32,8 @@ struct lamp_model {
   size_t numel;
   lamp_tensor *weights, *master, *grads;
   lamp_tensor *staging;  /* fp32 copy for the optimizer when 16-bit weights have no masters */
+  lamp_tensor *bound;    /* the slab the layers read their weights from (see bind_param) */
+  int weights_stale;     /* the 16-bit slab lags the masters; refreshed when asked for */
   lamp_tensor *y;        /* output buffer, reused across batches */
   const lamp_tensor *x;  /* borrowed input of the last forward, for backward */
   lamp_exec exec;        /* of the last forward */
@@ -64,7 +66,8 @@ static void teardown(lamp_model *m) {
   lamp_tensor_release(m->master);
   lamp_tensor_release(m->grads);
   lamp_tensor_release(m->staging);
-  m->weights = m->master = m->grads = m->staging = NULL;
+  m->weights = m->master = m->grads = m->staging = m->bound = NULL;
+  m->weights_stale = 0;
   free(m->params);
   free(m->inits);
   m->params = NULL;
@@ -180,7 +183,7 @@ static lamp_status init_params(lamp_model *m) {
 static lamp_status bind_param(lamp_model *m, size_t i) {
   const lamp_model_param *p = &m->params[i];
   lamp_tensor *w = NULL, *g = NULL;
-  lamp_status st = lamp_tensor_view(&w, m->weights, p->offset, p->ndim, p->shape);
+  lamp_status st = lamp_tensor_view(&w, m->bound, p->offset, p->ndim, p->shape);
   if (st == LAMP_OK) st = lamp_tensor_view(&g, m->grads, p->offset, p->ndim, p->shape);
   if (st == LAMP_OK) st = m->root->ops->bind(m->root, i, w, g);
   lamp_tensor_release(w);
@@ -189,9 +192,24 @@ static lamp_status bind_param(lamp_model *m, size_t i) {
   return st;
 }
 
+/*
+** Which slab the layers read. Where the device has no 16-bit GEMM (the CPU), a 16-bit operand
+** is widened to fp32 before every GEMM anyway; so when the masters exist and the weights are
+** stored in the compute dtype, the layers read the masters and round them to the compute dtype
+** as they widen: one pass per step instead of rounding into the 16-bit slab and widening it
+** again. The values the GEMM sees are the same; the 16-bit slab is refreshed only when asked.
+*/
+static lamp_tensor *slab_for_layers(const lamp_model *m) {
+  const lamp_model_config *c = &m->config;
+  if (m->master != NULL && c->weight_dtype == c->compute_dtype && !lamp_backend_native_16bit_gemm(c->device))
+    return m->master;
+  return m->weights;
+}
+
 static lamp_status build_steps(lamp_model *m) {
   lamp_status st = collect_params(m);
   if (st == LAMP_OK) st = alloc_slabs(m);
+  if (st == LAMP_OK) m->bound = slab_for_layers(m);
   if (st == LAMP_OK) st = init_params(m);
   for (size_t i = 0; st == LAMP_OK && i < m->n_params; i++) st = bind_param(m, i);
   return st;
@@ -223,7 +241,13 @@ const lamp_model_param *lamp_model_param_at(const lamp_model *model, size_t i) {
   return i < model->n_params ? &model->params[i] : NULL;
 }
 
-lamp_tensor *lamp_model_weights(const lamp_model *model) { return model->weights; }
+lamp_tensor *lamp_model_weights(lamp_model *model) {
+  if (model->weights_stale && model->master != NULL &&
+      lamp_convert(model->config.device, lamp_tensor_data(model->weights), model->weights->dtype,
+                   lamp_tensor_data(model->master), LAMP_F32, model->numel) == LAMP_OK)
+    model->weights_stale = 0;
+  return model->weights;
+}
 lamp_tensor *lamp_model_master(const lamp_model *model) { return model->master; }
 lamp_tensor *lamp_model_grads(const lamp_model *model) { return model->grads; }
 
@@ -242,8 +266,13 @@ static lamp_status require_built(const lamp_model *model, const char *what) {
 
 lamp_status lamp_model_sync_weights(lamp_model *model) {
   lamp_status st = require_built(model, "sync_weights");
+  if (st != LAMP_OK) return st;
+  if (model->bound == model->master && model->master != NULL) { /* the layers read the masters */
+    model->weights_stale = 1;
+    return LAMP_OK;
+  }
   lamp_tensor *src = model->master != NULL ? model->master : model->staging;
-  if (st != LAMP_OK || src == NULL) return st;
+  if (src == NULL) return LAMP_OK;
   return lamp_convert(model->config.device, lamp_tensor_data(model->weights), model->weights->dtype,
                       lamp_tensor_data(src), LAMP_F32, model->numel);
 }

@@ -45,7 +45,9 @@ size_t lamp_model_numel(const lamp_model *model);       /* parameters, in elemen
 size_t lamp_model_n_params(const lamp_model *model);    /* parameter tensors */
 const lamp_model_param *lamp_model_param_at(const lamp_model *model, size_t i);
 
-lamp_tensor *lamp_model_weights(const lamp_model *model); /* weight_dtype slab [numel] */
+/* The weight_dtype slab [numel], brought up to date with the masters first if it lags them;
+   its data is current until the next optimizer step. */
+lamp_tensor *lamp_model_weights(lamp_model *model);
 lamp_tensor *lamp_model_master(const lamp_model *model);  /* f32 slab, NULL without masters */
 lamp_tensor *lamp_model_grads(const lamp_model *model);   /* f32 slab [numel] */
 

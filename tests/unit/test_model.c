@@ -274,7 +274,7 @@ static void test_ledger_bf16_with_masters(void **state) {
 
 /* ---- bf16 weights and fp32 masters ------------------------------------------------------ */
 
-static void assert_weights_are_rounded_masters(const lamp_model *m) {
+static void assert_weights_are_rounded_masters(lamp_model *m) {
   const uint16_t *w = lamp_tensor_data(lamp_model_weights(m));
   const float *master = fp(lamp_model_master(m));
   for (size_t i = 0; i < lamp_model_numel(m); i++)

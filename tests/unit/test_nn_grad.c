@@ -313,8 +313,9 @@ static void test_linear_grads_accumulate(void **state) {
 /*
 ** Autocast with fp32 weights and a bf16 compute dtype: the GEMMs see x, W and dy rounded to
 ** bf16 and accumulate in fp32 into an fp32 output, so the result equals the naive double
-** product of the rounded operands up to fp32 accumulation error. The bias and the bias
-** gradient are not rounded (the bias add and the reduction run in fp32).
+** product of the rounded operands up to fp32 accumulation error. The bias joins the inputs
+** rounded to bf16 (as autocast's addmm rounds it); the add itself and the bias-gradient
+** reduction run in fp32.
 */
 static void test_linear_autocast_bf16(void **state) {
   (void)state;
@@ -340,7 +341,9 @@ static void test_linear_autocast_bf16(void **state) {
     for (int i = 0; i < IN; i++) xtr[i * B + s] = xr[s * IN + i];
   }
   double want_y[B * OUT], want_dx[B * IN], want_dw[OUT * IN], want_db[OUT] = {0};
-  naive_linear(xr, wr, fp(b.w[1]), B, IN, OUT, want_y);
+  float bias_r[OUT];
+  for (int o = 0; o < OUT; o++) bias_r[o] = bf16_round(fp(b.w[1])[o]);
+  naive_linear(xr, wr, bias_r, B, IN, OUT, want_y);
   naive_linear(dyr, wtr, NULL, B, OUT, IN, want_dx);   /* dx = dy W */
   naive_linear(dytr, xtr, NULL, OUT, B, IN, want_dw);  /* dW = dy^T x */
   for (int s = 0; s < B; s++)
@@ -358,7 +361,7 @@ static void test_linear_autocast_bf16(void **state) {
   /* The weights changed (an optimizer step): the next forward must not reuse a stale copy. */
   for (int i = 0; i < OUT * IN; i++) fp(b.w[0])[i] *= -0.5f;
   for (int i = 0; i < OUT * IN; i++) wr[i] = bf16_round(fp(b.w[0])[i]);
-  naive_linear(xr, wr, fp(b.w[1]), B, IN, OUT, want_y);
+  naive_linear(xr, wr, bias_r, B, IN, OUT, want_y);
   OK(l->ops->forward(l, &ac, x, y));
   assert_close(fp(y), want_y, B * OUT, 1e-5, 1e-5, "y after the weights changed");
 
