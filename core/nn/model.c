@@ -157,7 +157,7 @@ static lamp_status alloc_slabs(lamp_model *m) {
 */
 static lamp_status init_params(lamp_model *m) {
   if (m->config.device != LAMP_CPU)
-    return lamp_error(LAMP_ERR_UNSUPPORTED, "model: initialisation on %s is not implemented",
+    return lamp_error(LAMP_ERR_UNSUPPORTED, "model: parameters are initialised on the CPU only; this build has no %s initialiser",
                       lamp_device_name(m->config.device));
   lamp_rng rng;
   lamp_rng_seed(&rng, m->config.seed);

@@ -20,6 +20,7 @@
 #include "nn/layer.h"
 #include "nn/loss.h"
 #include "nn/model.h"
+#include "tensor/dtype.h"
 #include "tensor/half.h"
 #include "tensor/ledger.h"
 #include "tensor/rng.h"
@@ -486,6 +487,193 @@ static void test_gradient_accumulation(void **state) {
   step_fixture_free(&f);
 }
 
+/* ---- 16-bit parameter gradients ---------------------------------------------------------- */
+
+/* Widths whose weight and bias counts (221, 17, 153, 9, 45, 5) are not multiples of 8, so the
+   rounding kernels run their vector bodies and their tails. */
+static const int64_t G16_DIMS[4] = {13, 17, 9, 5};
+
+/* x [rows, 13] in f32 and dy [rows, 5] in the activation dtype, from a seed; dy scaled. */
+static void g16_batch(const lamp_model_config *cfg, int64_t rows, uint64_t seed, double dy_scale, lamp_tensor **x,
+                      lamp_tensor **dy) {
+  lamp_rng r;
+  lamp_rng_seed(&r, seed);
+  *x = new_tensor(LAMP_F32, 2, (int64_t[]){rows, G16_DIMS[0]});
+  fill_uniform(*x, &r, -1, 1);
+  *dy = new_tensor(cfg->activation_dtype, 2, (int64_t[]){rows, G16_DIMS[3]});
+  for (size_t i = 0; i < (size_t)rows * (size_t)G16_DIMS[3]; i++)
+    store_f32_as(cfg->activation_dtype, lamp_tensor_data(*dy), i,
+                 (float)(dy_scale * (2.0 * lamp_rng_uniform(&r) - 1.0)));
+}
+
+static float round16(lamp_dtype dtype, float v) {
+  return dtype == LAMP_F16 ? lamp_f16_to_f32(lamp_f32_to_f16(v)) : lamp_bf16_to_f32(lamp_f32_to_bf16(v));
+}
+
+static void fill_grads(lamp_model *m, float v) {
+  float *g = fp(lamp_model_grads(m));
+  for (size_t i = 0; i < lamp_model_numel(m); i++) g[i] = v;
+}
+
+static void fwd_bwd(lamp_model *m, const lamp_tensor *x, const lamp_tensor *dy, int fresh) {
+  const lamp_tensor *y;
+  OK(lamp_model_forward(m, x, 1, &y));
+  OK(fresh ? lamp_model_backward_fresh(m, dy) : lamp_model_backward(m, dy));
+}
+
+static uint32_t f32_bits(float v) {
+  uint32_t u;
+  memcpy(&u, &v, sizeof u);
+  return u;
+}
+
+/*
+** Gradients produced in a 16-bit grad_dtype: the same model and data under grad_dtype f32
+** give the per-batch fp32 gradients g1 and g2 (each from a fresh backward); the 16-bit model,
+** fresh on batch 1 and accumulating batch 2, must hold exactly round16(g1) + round16(g2),
+** added in fp32. The second batch has another row count and tiny dy, so that fp16 rounds many
+** of its gradients into subnormals or to zero. Both fresh backwards start from a NaN-filled
+** slab: every element must be overwritten.
+*/
+static void check_16bit_grads(const lamp_model_config *cfg16) {
+  lamp_dtype gd = cfg16->grad_dtype;
+  lamp_model_config cfg32 = *cfg16;
+  cfg32.grad_dtype = LAMP_F32;
+  lamp_model *ref = model_of(mlp(4, G16_DIMS), &cfg32), *m = model_of(mlp(4, G16_DIMS), cfg16);
+  size_t n = lamp_model_numel(m);
+  assert_int_equal(n, 13 * 17 + 17 + 17 * 9 + 9 + 9 * 5 + 5);
+  assert_memory_equal(lamp_tensor_data(lamp_model_weights(ref)), lamp_tensor_data(lamp_model_weights(m)),
+                      lamp_tensor_nbytes(lamp_model_weights(m)));
+  lamp_tensor *x1, *dy1, *x2, *dy2;
+  g16_batch(cfg16, 6, 11, 1.0, &x1, &dy1);
+  g16_batch(cfg16, 9, 12, 2e-6, &x2, &dy2);
+  float *g1 = malloc(n * sizeof *g1), *g2 = malloc(n * sizeof *g2);
+  assert_non_null(g1);
+  assert_non_null(g2);
+  const float *g = fp(lamp_model_grads(m)), *gref = fp(lamp_model_grads(ref));
+
+  fill_grads(ref, NAN);
+  fwd_bwd(ref, x1, dy1, 1);
+  memcpy(g1, gref, n * sizeof *g1);
+  fill_grads(ref, NAN);
+  fwd_bwd(ref, x2, dy2, 1);
+  memcpy(g2, gref, n * sizeof *g2);
+  size_t changed = 0, flushed = 0, subnormal = 0;
+  for (size_t i = 0; i < n; i++) {
+    if (!isfinite(g1[i]) || !isfinite(g2[i])) fail_msg("fp32 gradient %zu: %g, %g", i, g1[i], g2[i]);
+    float r = round16(gd, g2[i]);
+    changed += r != g2[i];
+    flushed += r == 0.0f && g2[i] != 0.0f;
+    subnormal += r != 0.0f && fabsf(r) < 6.103515625e-05f; /* below fp16's smallest normal */
+  }
+  /* the comparison below would be vacuous if rounding changed nothing */
+  assert_true(changed > n / 2);
+  print_message("%s: %zu of %zu batch-2 gradients changed by rounding, %zu flushed to zero, %zu below 2^-14\n",
+                lamp_dtype_name(gd), changed, n, flushed, subnormal);
+  if (gd == LAMP_F16) assert_true(flushed > 0 && subnormal > 0);
+
+  fill_grads(m, NAN);
+  fwd_bwd(m, x1, dy1, 1);
+  for (size_t i = 0; i < n; i++) {
+    float want = round16(gd, g1[i]);
+    if (f32_bits(g[i]) != f32_bits(want))
+      fail_msg("%s fresh: grad %zu = %.9g (0x%08x), want round(%.9g) = %.9g", lamp_dtype_name(gd), i, g[i],
+               f32_bits(g[i]), g1[i], want);
+  }
+  fwd_bwd(m, x2, dy2, 0);
+  for (size_t i = 0; i < n; i++) {
+    float want = round16(gd, g1[i]) + round16(gd, g2[i]);
+    if (f32_bits(g[i]) != f32_bits(want))
+      fail_msg("%s accumulated: grad %zu = %.9g (0x%08x), want round(%.9g) + round(%.9g) = %.9g",
+               lamp_dtype_name(gd), i, g[i], f32_bits(g[i]), g1[i], g2[i], want);
+  }
+  /* a third micro-step, batch 1 again: one more rounded term */
+  fwd_bwd(m, x1, dy1, 0);
+  for (size_t i = 0; i < n; i++) {
+    float want = round16(gd, g1[i]) + round16(gd, g2[i]) + round16(gd, g1[i]);
+    if (f32_bits(g[i]) != f32_bits(want))
+      fail_msg("%s third step: grad %zu = %.9g, want %.9g", lamp_dtype_name(gd), i, g[i], want);
+  }
+  /* zeroing then accumulating is the fresh result, up to the sign of zero (0 + -0 = +0) */
+  OK(lamp_model_zero_grads(m));
+  fwd_bwd(m, x2, dy2, 0);
+  for (size_t i = 0; i < n; i++)
+    if (!(g[i] == round16(gd, g2[i])))
+      fail_msg("%s after zeroing: grad %zu = %.9g, want %.9g", lamp_dtype_name(gd), i, g[i], round16(gd, g2[i]));
+  /* and a fresh backward starts over */
+  fill_grads(m, NAN);
+  fwd_bwd(m, x2, dy2, 1);
+  for (size_t i = 0; i < n; i++)
+    if (f32_bits(g[i]) != f32_bits(round16(gd, g2[i])))
+      fail_msg("%s fresh again: grad %zu = %.9g", lamp_dtype_name(gd), i, g[i]);
+
+  free(g1);
+  free(g2);
+  lamp_tensor_release(x1);
+  lamp_tensor_release(dy1);
+  lamp_tensor_release(x2);
+  lamp_tensor_release(dy2);
+  lamp_model_free(ref);
+  lamp_model_free(m);
+}
+
+static void test_f16_grads_fp32_compute(void **state) {
+  (void)state;
+  check_16bit_grads(&(lamp_model_config){.device = LAMP_CPU, .weight_dtype = LAMP_F32, .compute_dtype = LAMP_F32,
+                                         .activation_dtype = LAMP_F32, .master_weights = 0, .seed = 7,
+                                         .grad_dtype = LAMP_F16});
+}
+
+static void test_bf16_grads_fp32_compute(void **state) {
+  (void)state;
+  check_16bit_grads(&(lamp_model_config){.device = LAMP_CPU, .weight_dtype = LAMP_F32, .compute_dtype = LAMP_F32,
+                                         .activation_dtype = LAMP_F32, .master_weights = 0, .seed = 7,
+                                         .grad_dtype = LAMP_BF16});
+}
+
+/* The whole 16-bit policies: 16-bit weights with masters, compute and activations. */
+static void test_f16_grads_f16_policy(void **state) {
+  (void)state;
+  check_16bit_grads(&(lamp_model_config){.device = LAMP_CPU, .weight_dtype = LAMP_F16, .compute_dtype = LAMP_F16,
+                                         .activation_dtype = LAMP_F16, .master_weights = 1, .seed = 8,
+                                         .grad_dtype = LAMP_F16});
+}
+
+static void test_bf16_grads_bf16_policy(void **state) {
+  (void)state;
+  check_16bit_grads(&(lamp_model_config){.device = LAMP_CPU, .weight_dtype = LAMP_BF16, .compute_dtype = LAMP_BF16,
+                                         .activation_dtype = LAMP_BF16, .master_weights = 1, .seed = 8,
+                                         .grad_dtype = LAMP_BF16});
+}
+
+/* An empty batch: a fresh backward still owes zeros everywhere (the slab held NaN), a plain
+   one leaves the slab as it was; under every grad dtype. */
+static void test_empty_batch_fresh_backward(void **state) {
+  (void)state;
+  const lamp_dtype gds[3] = {LAMP_F32, LAMP_F16, LAMP_BF16};
+  for (int k = 0; k < 3; k++) {
+    lamp_model_config cfg = FP32_CFG;
+    cfg.grad_dtype = gds[k];
+    lamp_model *m = model_of(mlp(4, G16_DIMS), &cfg);
+    size_t n = lamp_model_numel(m);
+    const float *g = fp(lamp_model_grads(m));
+    lamp_tensor *x, *dy;
+    g16_batch(&cfg, 0, 1, 1.0, &x, &dy);
+    fill_grads(m, NAN);
+    fwd_bwd(m, x, dy, 1);
+    for (size_t i = 0; i < n; i++)
+      if (f32_bits(g[i]) != 0u)
+        fail_msg("%s: grad %zu = %g after an empty fresh backward", lamp_dtype_name(gds[k]), i, g[i]);
+    fill_grads(m, 1.5f);
+    fwd_bwd(m, x, dy, 0);
+    for (size_t i = 0; i < n; i++)
+      if (g[i] != 1.5f) fail_msg("%s: grad %zu = %g after an empty backward", lamp_dtype_name(gds[k]), i, g[i]);
+    lamp_tensor_release(x);
+    lamp_tensor_release(dy);
+    lamp_model_free(m);
+  }
+}
+
 /* ---- describe --------------------------------------------------------------------------- */
 
 static void test_describe(void **state) {
@@ -559,6 +747,11 @@ int main(void) {
       cmocka_unit_test(test_linear_feature_mismatch),
       cmocka_unit_test(test_zero_grads),
       cmocka_unit_test(test_gradient_accumulation),
+      cmocka_unit_test(test_f16_grads_fp32_compute),
+      cmocka_unit_test(test_bf16_grads_fp32_compute),
+      cmocka_unit_test(test_f16_grads_f16_policy),
+      cmocka_unit_test(test_bf16_grads_bf16_policy),
+      cmocka_unit_test(test_empty_batch_fresh_backward),
       cmocka_unit_test(test_describe),
       cmocka_unit_test(test_steady_state_fp32),
       cmocka_unit_test(test_steady_state_bf16),

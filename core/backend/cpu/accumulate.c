@@ -31,7 +31,7 @@ lamp_status lamp_round_through(lamp_device device, float *dst, const float *src,
   lamp_status s = check_args("round_through", device, dst, src, via, n);
   if (s != LAMP_OK) return s;
   if (via == LAMP_F32) {
-    if (dst != src) memmove(dst, src, n * sizeof *dst);
+    if (dst != src && n > 0) memmove(dst, src, n * sizeof *dst);
     return LAMP_OK;
   }
   if (via == LAMP_F16) lamp_round_f16_n(dst, src, n);
