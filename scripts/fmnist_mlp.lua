@@ -1,20 +1,30 @@
 -- Trains an MLP on Fashion-MNIST and reports test accuracy and the memory ledger.
 --
---   build/lamp scripts/fmnist_mlp.lua [--epochs=1] [--batch=128] [--lr=0.05] [--momentum=0.9]
---       [--hidden=1024,1024] [--seed=0] [--precision=fp32] [--comm=single] [--optim=sgd]
---       [--schedule=cosine|constant] [--data=fashion-mnist] [--limit=N]
+--   build/lamp scripts/fmnist_mlp.lua [--epochs=1] [--batch=128] [--hidden=1024,1024] [--seed=0]
+--       [--precision=fp32|fp16|bf16] [--comm=single] [--optim=sgd|adam|adamw] [--lr=] [--momentum=0.9]
+--       [--wd=] [--accum=1] [--clip=0] [--schedule=cosine|warmup_cosine|step|constant] [--warmup=0]
+--       [--data=fashion-mnist] [--limit=N]
 --
 -- The default recipe is the reference one (PyTorch reaches 86.45-86.75 % after one epoch):
 -- 784-1024-1024-10, SGD lr 0.05 momentum 0.9, batch 128, learning rate falling to 0 along a
--- cosine over the run.
+-- cosine over the run. adam and adamw default to lr 1e-3 and weight decay 0.01.
 local lamp = require "lamp"
 local nn = lamp.nn
 
 local args = lamp.parse_args(arg, {
-  epochs = 1, batch = 128, lr = 0.05, momentum = 0.9, hidden = "1024,1024", seed = 0,
-  precision = "fp32", comm = "single", optim = "sgd", schedule = "cosine",
+  epochs = 1, batch = 128, lr = "auto", momentum = 0.9, wd = "auto", hidden = "1024,1024", seed = 0,
+  precision = "fp32", comm = "single", optim = "sgd", schedule = "cosine", warmup = 0, accum = 1, clip = 0,
   data = "fashion-mnist", limit = 0,
 })
+
+local function optimizer(name)
+  local adam = name == "adam" or name == "adamw"
+  local lr = args.lr == "auto" and (adam and 1e-3 or 0.05) or args.lr
+  local wd = args.wd == "auto" and (adam and 0.01 or 0) or args.wd
+  if adam then return lamp.optim(name, { lr = lr, weight_decay = wd }) end
+  if name == "sgd" then return lamp.optim(name, { lr = lr, momentum = args.momentum, weight_decay = wd }) end
+  return lamp.optim(name, { lr = lr }) -- a third-party optimizer: only lr is assumed
+end
 
 local function hidden_sizes(spec)
   local sizes = {}
@@ -28,7 +38,7 @@ end
 
 local comm = lamp.comm(args.comm)
 local precision = lamp.precision(args.precision)
-local optim = lamp.optim(args.optim, { lr = args.lr, momentum = args.momentum })
+local optim = optimizer(args.optim)
 
 local train = lamp.data.idx(args.data, "train")
 local test = lamp.data.idx(args.data, "t10k")
@@ -47,16 +57,26 @@ end
 layers[#layers + 1] = nn.Linear(width, train:classes())
 local model = nn.Sequential(layers)
 
-local total_steps = loader:batches() * args.epochs
-local schedule = args.schedule == "cosine" and lamp.lr.cosine { total = total_steps } or lamp.lr.constant()
+local total_steps = loader:batches() * args.epochs // args.accum
+local schedules = {
+  cosine = function() return lamp.lr.cosine { total = total_steps } end,
+  warmup_cosine = function() return lamp.lr.warmup_cosine { warmup = args.warmup, total = total_steps } end,
+  step = function() return lamp.lr.step { step_size = math.max(1, total_steps // 3), gamma = 0.1 } end,
+  constant = function() return lamp.lr.constant() end,
+}
+if not schedules[args.schedule] then
+  error("--schedule: expected cosine, warmup_cosine, step or constant, got " .. tostring(args.schedule), 0)
+end
 local trainer = lamp.Trainer { model = model, loss = nn.CrossEntropy(), precision = precision, comm = comm,
-                               optim = optim, schedule = schedule, seed = args.seed }
+                               optim = optim, schedule = schedules[args.schedule](), seed = args.seed,
+                               accum = args.accum, clip = args.clip }
 
 local rank0 = comm:rank() == 0
 if rank0 then
   print(tostring(model))
-  print(string.format("%d parameters, %d training samples, batch %d, %d steps, %s %s %s",
-    trainer:parameters(), train:size(), args.batch, total_steps, precision:name(), comm:name(), optim:name()))
+  print(string.format("%d parameters, %d training samples, batch %d x accum %d, %d optimizer steps, %s %s %s",
+    trainer:parameters(), train:size(), args.batch, args.accum, total_steps, precision:name(), comm:name(),
+    optim:name()))
 end
 
 local last

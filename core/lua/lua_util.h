@@ -10,6 +10,7 @@
 
 #include "lamp/abi.h"
 #include "plugin/instance.h"
+#include "train/schedule.h"
 
 /* Raises the current lamp_last_error() as a Lua error. Never returns. */
 int lampL_error(lua_State *L);
@@ -72,6 +73,11 @@ void lampL_open_nn(lua_State *L);
 void lampL_open_data(lua_State *L);
 void lampL_open_plugins(lua_State *L);
 void lampL_open_trainer(lua_State *L);
+void lampL_open_schedule(lua_State *L);
+
+/* A schedule from the Lua value at idx (a name or a lamp.lr table), validated; `what` names the
+   caller in messages. The Trainer reads its `schedule` field with it. */
+lamp_schedule lampL_check_schedule(lua_State *L, int idx, const char *what);
 
 #define LAMP_LAYER_CLASS "lamp.Layer"
 #define LAMP_LOSS_CLASS "lamp.Loss"

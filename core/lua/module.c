@@ -117,5 +117,6 @@ int luaopen_lamp(lua_State *L) {
   lampL_open_data(L);
   lampL_open_plugins(L);
   lampL_open_trainer(L);
+  lampL_open_schedule(L);
   return 1;
 }

@@ -1,4 +1,5 @@
 /* lamp.Trainer and lamp.lr: the training loop from Lua. */
+#include <stdio.h>
 #include <string.h>
 
 #include "lua/lua_util.h"
@@ -7,9 +8,9 @@
 /* User values of a Trainer box: the objects it borrows, kept alive and pinned. */
 enum { UV_PRECISION = 1, UV_COMM, UV_OPTIM, UV_COUNT = UV_OPTIM };
 
-static const char *const trainer_fields[] = {"model", "loss", "precision", "comm", "optim", "accum",
-                                             "clip",  "schedule", "seed", NULL};
-static const char *const schedule_fields[] = {"kind", "total", "min_lr", NULL};
+static const char *const trainer_fields[] = {"model", "loss",     "precision", "comm",         "optim", "accum",
+                                             "clip",  "schedule", "seed",      "param_groups", NULL};
+static const char *const group_fields[] = {"match", "lr_mult", "decay", NULL};
 
 static void *required_object(lua_State *L, const char *field, const char *tname, const char *hint) {
   lua_getfield(L, 1, field);
@@ -23,27 +24,11 @@ static void *required_object(lua_State *L, const char *field, const char *tname,
   return obj;
 }
 
-/* schedule = "constant" | "cosine" | lamp.lr.cosine{total=, min_lr=} */
-static lamp_schedule read_schedule(lua_State *L, uint64_t default_total) {
-  lamp_schedule s = {LAMP_SCHEDULE_CONSTANT, default_total, 0.0};
-  int type = lua_getfield(L, 1, "schedule");
-  if (type == LUA_TNIL) {
-    lua_pop(L, 1);
-    return s;
-  }
-  if (type == LUA_TSTRING) lua_pushvalue(L, -1);
-  else {
-    luaL_argexpected(L, type == LUA_TTABLE, 1, "'schedule' to be a string or lamp.lr table");
-    lampL_check_fields(L, -1, "Trainer schedule", schedule_fields);
-    s.total = (uint64_t)lampL_optfield_integer(L, lua_gettop(L), "Trainer schedule", "total", 0);
-    s.min_lr = lampL_optfield_number(L, lua_gettop(L), "Trainer schedule", "min_lr", 0.0);
-    lua_getfield(L, -1, "kind");
-  }
-  const char *kind = lua_tostring(L, -1);
-  if (kind != NULL && strcmp(kind, "cosine") == 0) s.kind = LAMP_SCHEDULE_COSINE;
-  else if (kind == NULL || strcmp(kind, "constant") != 0)
-    luaL_error(L, "Trainer: unknown schedule '%s'; valid schedules: constant, cosine", kind ? kind : "nil");
-  lua_pop(L, 2);
+/* schedule = "constant" | lamp.lr.cosine{...} | lamp.lr.warmup_cosine{...} | lamp.lr.step{...} */
+static lamp_schedule read_schedule(lua_State *L) {
+  lamp_schedule s = {.kind = LAMP_SCHEDULE_CONSTANT};
+  if (lua_getfield(L, 1, "schedule") != LUA_TNIL) s = lampL_check_schedule(L, -1, "Trainer");
+  lua_pop(L, 1);
   return s;
 }
 
@@ -64,6 +49,68 @@ static void keep_borrowed(lua_State *L, int trainer_idx) {
   }
 }
 
+/* Whether the Lua pattern at the top of the stack matches name (string.find semantics). */
+static int pattern_matches(lua_State *L, int find, const char *name, int pattern) {
+  lua_pushvalue(L, find);
+  lua_pushstring(L, name);
+  lua_pushvalue(L, pattern);
+  lua_call(L, 2, 1);
+  int hit = !lua_isnil(L, -1);
+  lua_pop(L, 1);
+  return hit;
+}
+
+/* Applies group g (a table at the top of the stack) to every parameter its pattern matches. */
+static void apply_group(lua_State *L, lamp_trainer *t, int find, int g) {
+  int group = lua_gettop(L);
+  char what[64];
+  snprintf(what, sizeof what, "Trainer: param_groups[%d]", g);
+  lampL_check_fields(L, group, what, group_fields);
+  if (lua_getfield(L, group, "match") != LUA_TSTRING)
+    luaL_error(L, "%s: 'match' must be a Lua pattern string, got %s", what, luaL_typename(L, -1));
+  int pattern = lua_gettop(L);
+  int has_lr = lua_getfield(L, group, "lr_mult") != LUA_TNIL, has_decay = lua_getfield(L, group, "decay") != LUA_TNIL;
+  lua_pop(L, 2);
+  lamp_model *m = lamp_trainer_model(t);
+  size_t hits = 0;
+  for (size_t i = 0; i < lamp_model_n_params(m); i++) {
+    const char *name = lamp_model_param_at(m, i)->name;
+    if (!pattern_matches(L, find, name, pattern)) continue;
+    double lr_mult;
+    int decay;
+    lampL_check(L, lamp_trainer_param_options(t, i, &lr_mult, &decay));
+    if (has_lr) lr_mult = lampL_optfield_number(L, group, what, "lr_mult", 1.0);
+    if (has_decay) decay = lampL_optfield_boolean(L, group, what, "decay", 1);
+    lampL_check(L, lamp_trainer_set_param_options(t, i, lr_mult, decay));
+    hits++;
+  }
+  if (hits == 0)
+    luaL_error(L, "%s: pattern '%s' matches no parameter (names look like '%s')", what, lua_tostring(L, pattern),
+               lamp_model_n_params(m) ? lamp_model_param_at(m, 0)->name : "");
+  lua_pop(L, 1);
+}
+
+/* param_groups = { {match = "bias$", decay = false}, {match = "^0%.", lr_mult = 0.1}, ... }:
+   later groups override earlier ones for the parameters both match. */
+static void apply_param_groups(lua_State *L, lamp_trainer *t) {
+  if (lua_getfield(L, 1, "param_groups") == LUA_TNIL) {
+    lua_pop(L, 1);
+    return;
+  }
+  if (!lua_istable(L, -1)) luaL_error(L, "Trainer: 'param_groups' must be a list of tables, got %s", luaL_typename(L, -1));
+  int groups = lua_gettop(L);
+  lua_getglobal(L, "string");
+  lua_getfield(L, -1, "find");
+  int find = lua_gettop(L);
+  lua_Integer n = luaL_len(L, groups);
+  for (lua_Integer g = 1; g <= n; g++) {
+    if (lua_geti(L, groups, g) != LUA_TTABLE)
+      luaL_error(L, "Trainer: param_groups[%d] must be a table, got %s", (int)g, luaL_typename(L, -1));
+    apply_group(L, t, find, (int)g);
+  }
+  lua_settop(L, groups - 1);
+}
+
 static int trainer_new(lua_State *L) {
   luaL_checktype(L, 1, LUA_TTABLE);
   lampL_check_fields(L, 1, "Trainer", trainer_fields);
@@ -78,11 +125,12 @@ static int trainer_new(lua_State *L) {
   c.accum = (int)lampL_optfield_integer(L, 1, "Trainer", "accum", 1);
   c.clip = lampL_optfield_number(L, 1, "Trainer", "clip", 0.0);
   c.seed = (uint64_t)lampL_optfield_integer(L, 1, "Trainer", "seed", 0);
-  c.schedule = read_schedule(L, 0);
+  c.schedule = read_schedule(L);
   lamp_trainer *t;
   lampL_check(L, lamp_trainer_new(&t, &c));
-  lampL_pushbox(L, LAMP_TRAINER_CLASS, t, UV_COUNT);
+  lampL_pushbox(L, LAMP_TRAINER_CLASS, t, UV_COUNT); /* owns t from here, even if a group is bad */
   keep_borrowed(L, lua_gettop(L));
+  apply_param_groups(L, t);
   return 1;
 }
 
@@ -160,6 +208,36 @@ static int trainer_parameters(lua_State *L) {
   return 1;
 }
 
+/* trainer:param_table() -> { {name=, shape={...}, count=, decay=, lr_mult=}, ... } in slab order */
+static int trainer_param_table(lua_State *L) {
+  lamp_trainer *t = lampL_checkobject(L, 1, LAMP_TRAINER_CLASS);
+  lamp_model *m = lamp_trainer_model(t);
+  size_t n = lamp_model_n_params(m);
+  lua_createtable(L, (int)n, 0);
+  for (size_t i = 0; i < n; i++) {
+    const lamp_model_param *p = lamp_model_param_at(m, i);
+    double lr_mult;
+    int decay;
+    lampL_check(L, lamp_trainer_param_options(t, i, &lr_mult, &decay));
+    lua_createtable(L, 0, 5);
+    lua_pushstring(L, p->name);
+    lua_setfield(L, -2, "name");
+    lua_createtable(L, p->ndim, 0);
+    for (int d = 0; d < p->ndim; d++) {
+      lua_pushinteger(L, p->shape[d]);
+      lua_seti(L, -2, d + 1);
+    }
+    lua_setfield(L, -2, "shape");
+    set_integer(L, "count", (lua_Integer)p->count);
+    set_integer(L, "offset", (lua_Integer)p->offset);
+    lua_pushboolean(L, decay);
+    lua_setfield(L, -2, "decay");
+    set_number(L, "lr_mult", lr_mult);
+    lua_seti(L, -2, (lua_Integer)i + 1);
+  }
+  return 1;
+}
+
 static int trainer_tostring(lua_State *L) {
   lampL_box *box = luaL_checkudata(L, 1, LAMP_TRAINER_CLASS);
   if (box->ptr == NULL) {
@@ -174,37 +252,13 @@ static int trainer_tostring(lua_State *L) {
   return 1;
 }
 
-/* lamp.lr.cosine{total=N, min_lr=0} and lamp.lr.constant(): plain tables the Trainer reads. */
-static int lr_cosine(lua_State *L) {
-  luaL_checktype(L, 1, LUA_TTABLE);
-  lampL_check_fields(L, 1, "lr.cosine", schedule_fields);
-  lua_Integer total = lampL_optfield_integer(L, 1, "lr.cosine", "total", 0);
-  if (total <= 0) return luaL_error(L, "lr.cosine: 'total' (optimizer steps) must be positive, got %d", (int)total);
-  lua_Number min_lr = lampL_optfield_number(L, 1, "lr.cosine", "min_lr", 0.0);
-  lua_createtable(L, 0, 3);
-  lua_pushliteral(L, "cosine");
-  lua_setfield(L, -2, "kind");
-  set_integer(L, "total", total);
-  set_number(L, "min_lr", min_lr);
-  return 1;
-}
-
-static int lr_constant(lua_State *L) {
-  lua_createtable(L, 0, 1);
-  lua_pushliteral(L, "constant");
-  lua_setfield(L, -2, "kind");
-  return 1;
-}
-
 static const luaL_Reg trainer_methods[] = {{"epoch", trainer_epoch},       {"evaluate", trainer_evaluate},
                                            {"stats", trainer_stats},       {"parameters", trainer_parameters},
+                                           {"param_table", trainer_param_table},
                                            {"close", trainer_gc},          {NULL, NULL}};
-static const luaL_Reg lr_functions[] = {{"cosine", lr_cosine}, {"constant", lr_constant}, {NULL, NULL}};
 
 void lampL_open_trainer(lua_State *L) {
   lampL_newclass(L, LAMP_TRAINER_CLASS, trainer_methods, trainer_gc, trainer_tostring);
   lua_pushcfunction(L, trainer_new);
   lua_setfield(L, -2, "Trainer");
-  luaL_newlib(L, lr_functions);
-  lua_setfield(L, -2, "lr");
 }

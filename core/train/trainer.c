@@ -291,6 +291,10 @@ lamp_status lamp_trainer_step(lamp_trainer *t, const lamp_tensor *x, const lamp_
   st = forward_backward(t, x, y, scale, &loss);
   if (st != LAMP_OK) return st;
   size_t batch = x->ndim > 0 ? (size_t)x->shape[0] : 1;
+  if (t->stats.micro_steps == 0)
+    lamp_log(LAMP_LOG_INFO, "trainer", "B_eff = %zu (batch %zu x %d rank%s x accum %d), lr %g at the first step",
+             batch * (size_t)t->stats.world * (size_t)t->config.accum, batch, t->stats.world,
+             t->stats.world == 1 ? "" : "s", t->config.accum, lamp_schedule_lr(&t->config.schedule, t->base_lr, 0));
   t->stats.last_loss = loss;
   t->stats.micro_steps++;
   t->stats.samples += batch;
@@ -370,6 +374,31 @@ lamp_status lamp_trainer_stats_get(lamp_trainer *t, lamp_trainer_stats *out) {
   if (st != LAMP_OK) return st;
   t->stats.loss_scale = scaler.scale;
   *out = t->stats;
+  return LAMP_OK;
+}
+
+static lamp_status check_param_index(const lamp_trainer *t, size_t i) {
+  if (i >= t->n_segments)
+    return lamp_error(LAMP_ERR_INVALID_ARG, "Trainer: no parameter %zu (the model has %zu)", i, t->n_segments);
+  return LAMP_OK;
+}
+
+lamp_status lamp_trainer_set_param_options(lamp_trainer *t, size_t i, double lr_mult, int decay) {
+  lamp_status st = check_param_index(t, i);
+  if (st != LAMP_OK) return st;
+  if (!(lr_mult >= 0.0) || isinf(lr_mult))
+    return lamp_error(LAMP_ERR_INVALID_ARG, "Trainer: lr_mult of %s must be a finite number >= 0, got %g",
+                      lamp_model_param_at(t->model, i)->name, lr_mult);
+  t->segments[i].lr_mult = (float)lr_mult;
+  t->segments[i].decay_mult = decay ? 1.0f : 0.0f;
+  return LAMP_OK;
+}
+
+lamp_status lamp_trainer_param_options(const lamp_trainer *t, size_t i, double *lr_mult, int *decay) {
+  lamp_status st = check_param_index(t, i);
+  if (st != LAMP_OK) return st;
+  *lr_mult = t->segments[i].lr_mult;
+  *decay = t->segments[i].decay_mult != 0.0f;
   return LAMP_OK;
 }
 

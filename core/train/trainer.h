@@ -78,6 +78,14 @@ lamp_status lamp_trainer_epoch(lamp_trainer *t, lamp_loader *loader, lamp_epoch_
 lamp_status lamp_trainer_evaluate(lamp_trainer *t, lamp_loader *loader, lamp_eval_result *result);
 
 lamp_status lamp_trainer_stats_get(lamp_trainer *t, lamp_trainer_stats *out);
+
+/*
+** Parameter groups: per parameter tensor i (i < lamp_model_n_params), a learning-rate
+** multiplier (>= 0) and whether weight decay applies. Defaults: 1, and the layer's own flag
+** (weights decay, biases and norm parameters do not).
+*/
+lamp_status lamp_trainer_set_param_options(lamp_trainer *t, size_t i, double lr_mult, int decay);
+lamp_status lamp_trainer_param_options(const lamp_trainer *t, size_t i, double *lr_mult, int *decay);
 lamp_model *lamp_trainer_model(lamp_trainer *t);
 uint64_t lamp_trainer_epochs_done(const lamp_trainer *t);
 

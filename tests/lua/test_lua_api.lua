@@ -66,7 +66,7 @@ expect_error(function()
   lamp.Trainer(t)
 end, "Trainer: 'precision' is required (e.g. lamp.precision('fp32'))")
 expect_error(function() lamp.Trainer(with { accum = 0 }) end, "Trainer: 'accum' must be >= 1, got 0")
-expect_error(function() lamp.Trainer(with { schedule = "linear" }) end, "Trainer: unknown schedule 'linear'; valid schedules: constant, cosine")
+expect_error(function() lamp.Trainer(with { schedule = "linear" }) end, "Trainer: unknown schedule 'linear'; valid schedules: constant, cosine, step")
 expect_error(function() lamp.lr.cosine { total = 0 } end, "lr.cosine: 'total' (optimizer steps) must be positive, got 0")
 
 -- A trainer pins the plugin objects it uses: closing them under it is refused.

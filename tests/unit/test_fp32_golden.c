@@ -57,7 +57,7 @@ static uint64_t train_and_hash(void) {
   assert_int_equal(lamp_cross_entropy_new(&loss), LAMP_OK);
   lamp_trainer_config cfg = {.model = model, .loss = loss, .precision = prec, .comm = comm, .optim = optim,
                              .device = LAMP_CPU, .accum = 1, .clip = 0.0,
-                             .schedule = {LAMP_SCHEDULE_COSINE, STEPS, 0.0}, .seed = 11};
+                             .schedule = {.kind = LAMP_SCHEDULE_COSINE, .total = STEPS}, .seed = 11};
   lamp_trainer *t;
   assert_int_equal(lamp_trainer_new(&t, &cfg), LAMP_OK);
   lamp_tensor *x, *y;

@@ -392,7 +392,7 @@ static void two_batches_free(two_batches *d) {
 static void inf_rig(rig *r) {
   static const lamp_option sgd_opts[] = {{"lr", 0.1}, {"momentum", 0.9}};
   rig_spec spec = {.precision = "fp16", .optim_opts = sgd_opts, .n_optim_opts = 2, .accum = 2,
-                   .schedule = {LAMP_SCHEDULE_COSINE, 4, 0.0}};
+                   .schedule = {.kind = LAMP_SCHEDULE_COSINE, .total = 4}};
   rig_open(r, &spec, seq(3, (lamp_layer *[]){linear(INF_IN, INF_H), relu(), linear(INF_H, INF_C)}));
 }
 
