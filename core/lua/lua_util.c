@@ -140,3 +140,13 @@ int lampL_optfield_boolean(lua_State *L, int idx, const char *what, const char *
   lua_pop(L, 1);
   return v;
 }
+
+void lampL_setinteger(lua_State *L, const char *k, lua_Integer v) {
+  lua_pushinteger(L, v);
+  lua_setfield(L, -2, k);
+}
+
+void lampL_setnumber(lua_State *L, const char *k, lua_Number v) {
+  lua_pushnumber(L, v);
+  lua_setfield(L, -2, k);
+}

@@ -68,6 +68,10 @@ lua_Integer lampL_optfield_integer(lua_State *L, int idx, const char *what, cons
 lua_Number lampL_optfield_number(lua_State *L, int idx, const char *what, const char *field, lua_Number def);
 int lampL_optfield_boolean(lua_State *L, int idx, const char *what, const char *field, int def);
 
+/* t[k] = v for the table at the top of the stack. */
+void lampL_setinteger(lua_State *L, const char *k, lua_Integer v);
+void lampL_setnumber(lua_State *L, const char *k, lua_Number v);
+
 /* Registration of the submodules; each pushes nothing and fills the table at -1. */
 void lampL_open_nn(lua_State *L);
 void lampL_open_data(lua_State *L);

@@ -42,60 +42,43 @@ lamp_schedule lampL_check_schedule(lua_State *L, int idx, const char *what) {
   return s;
 }
 
-static void set_integer(lua_State *L, const char *k, lua_Integer v) {
-  lua_pushinteger(L, v);
-  lua_setfield(L, -2, k);
-}
-
-static void set_number(lua_State *L, const char *k, double v) {
-  lua_pushnumber(L, v);
-  lua_setfield(L, -2, k);
-}
-
 static int push_schedule(lua_State *L, const lamp_schedule *s) {
   lua_createtable(L, 0, 6);
   lua_pushstring(L, lamp_schedule_name(s->kind));
   lua_setfield(L, -2, "kind");
   if (s->kind == LAMP_SCHEDULE_COSINE) {
-    set_integer(L, "total", (lua_Integer)s->total);
-    set_integer(L, "warmup", (lua_Integer)s->warmup);
-    set_number(L, "min_lr", s->min_lr);
+    lampL_setinteger(L, "total", (lua_Integer)s->total);
+    lampL_setinteger(L, "warmup", (lua_Integer)s->warmup);
+    lampL_setnumber(L, "min_lr", s->min_lr);
   } else if (s->kind == LAMP_SCHEDULE_STEP) {
-    set_integer(L, "step_size", (lua_Integer)s->step_size);
-    set_number(L, "gamma", s->gamma);
+    lampL_setinteger(L, "step_size", (lua_Integer)s->step_size);
+    lampL_setnumber(L, "gamma", s->gamma);
   }
   return 1;
+}
+
+/* Tags the option table at 1 with its kind, validates it, and returns the canonical table. */
+static int make_schedule(lua_State *L, const char *kind, const char *what) {
+  luaL_checktype(L, 1, LUA_TTABLE);
+  lua_pushstring(L, kind);
+  lua_setfield(L, 1, "kind");
+  lamp_schedule s = lampL_check_schedule(L, 1, what);
+  return push_schedule(L, &s);
 }
 
 /* lamp.lr.cosine{total=N, min_lr=0}: the reference recipe's cosine to min_lr over N steps. */
 static int lr_cosine(lua_State *L) {
   luaL_checktype(L, 1, LUA_TTABLE);
-  lua_pushliteral(L, "cosine");
-  lua_setfield(L, 1, "kind");
-  if (lampL_optfield_integer(L, 1, "lr.cosine", "total", 0) <= 0)
-    return luaL_error(L, "lr.cosine: 'total' (optimizer steps) must be positive, got %d",
-                      (int)lampL_optfield_integer(L, 1, "lr.cosine", "total", 0));
-  lamp_schedule s = lampL_check_schedule(L, 1, "lr.cosine");
-  return push_schedule(L, &s);
+  lua_Integer total = lampL_optfield_integer(L, 1, "lr.cosine", "total", 0);
+  if (total <= 0) return luaL_error(L, "lr.cosine: 'total' (optimizer steps) must be positive, got %d", (int)total);
+  return make_schedule(L, "cosine", "lr.cosine");
 }
 
 /* lamp.lr.warmup_cosine{warmup=W, total=N, min_lr=0}: linear warm-up over W steps, then cosine. */
-static int lr_warmup_cosine(lua_State *L) {
-  luaL_checktype(L, 1, LUA_TTABLE);
-  lua_pushliteral(L, "cosine");
-  lua_setfield(L, 1, "kind");
-  lamp_schedule s = lampL_check_schedule(L, 1, "lr.warmup_cosine");
-  return push_schedule(L, &s);
-}
+static int lr_warmup_cosine(lua_State *L) { return make_schedule(L, "cosine", "lr.warmup_cosine"); }
 
 /* lamp.lr.step{step_size=S, gamma=0.1}: multiply by gamma every S steps. */
-static int lr_step(lua_State *L) {
-  luaL_checktype(L, 1, LUA_TTABLE);
-  lua_pushliteral(L, "step");
-  lua_setfield(L, 1, "kind");
-  lamp_schedule s = lampL_check_schedule(L, 1, "lr.step");
-  return push_schedule(L, &s);
-}
+static int lr_step(lua_State *L) { return make_schedule(L, "step", "lr.step"); }
 
 static int lr_constant(lua_State *L) {
   lamp_schedule s = {.kind = LAMP_SCHEDULE_CONSTANT};

@@ -145,16 +145,6 @@ static int trainer_gc(lua_State *L) {
   return 0;
 }
 
-static void set_number(lua_State *L, const char *k, double v) {
-  lua_pushnumber(L, v);
-  lua_setfield(L, -2, k);
-}
-
-static void set_integer(lua_State *L, const char *k, lua_Integer v) {
-  lua_pushinteger(L, v);
-  lua_setfield(L, -2, k);
-}
-
 /* trainer:epoch(loader) -> {loss=, samples=, seconds=, samples_per_s=} */
 static int trainer_epoch(lua_State *L) {
   lamp_trainer *t = lampL_checkobject(L, 1, LAMP_TRAINER_CLASS);
@@ -162,10 +152,10 @@ static int trainer_epoch(lua_State *L) {
   lamp_epoch_result r;
   lampL_check(L, lamp_trainer_epoch(t, loader, &r));
   lua_createtable(L, 0, 4);
-  set_number(L, "loss", r.mean_loss);
-  set_integer(L, "samples", (lua_Integer)r.samples);
-  set_number(L, "seconds", r.seconds);
-  set_number(L, "samples_per_s", r.samples_per_second);
+  lampL_setnumber(L, "loss", r.mean_loss);
+  lampL_setinteger(L, "samples", (lua_Integer)r.samples);
+  lampL_setnumber(L, "seconds", r.seconds);
+  lampL_setnumber(L, "samples_per_s", r.samples_per_second);
   return 1;
 }
 
@@ -176,9 +166,9 @@ static int trainer_evaluate(lua_State *L) {
   lamp_eval_result r;
   lampL_check(L, lamp_trainer_evaluate(t, loader, &r));
   lua_createtable(L, 0, 3);
-  set_number(L, "accuracy", r.accuracy);
-  set_number(L, "loss", r.mean_loss);
-  set_integer(L, "samples", (lua_Integer)r.samples);
+  lampL_setnumber(L, "accuracy", r.accuracy);
+  lampL_setnumber(L, "loss", r.mean_loss);
+  lampL_setinteger(L, "samples", (lua_Integer)r.samples);
   return 1;
 }
 
@@ -187,18 +177,18 @@ static int trainer_stats(lua_State *L) {
   lamp_trainer_stats s;
   lampL_check(L, lamp_trainer_stats_get(t, &s));
   lua_createtable(L, 0, 12);
-  set_integer(L, "steps", (lua_Integer)s.steps);
-  set_integer(L, "skipped_steps", (lua_Integer)s.skipped_steps);
-  set_integer(L, "micro_steps", (lua_Integer)s.micro_steps);
-  set_integer(L, "samples", (lua_Integer)s.samples);
-  set_integer(L, "epochs", (lua_Integer)lamp_trainer_epochs_done(t));
-  set_number(L, "loss", s.last_loss);
-  set_number(L, "grad_norm", s.grad_norm);
-  set_number(L, "lr", s.lr);
-  set_number(L, "loss_scale", s.loss_scale);
-  set_integer(L, "world", s.world);
-  set_integer(L, "batch", (lua_Integer)s.batch);
-  set_integer(L, "effective_batch", (lua_Integer)s.effective_batch);
+  lampL_setinteger(L, "steps", (lua_Integer)s.steps);
+  lampL_setinteger(L, "skipped_steps", (lua_Integer)s.skipped_steps);
+  lampL_setinteger(L, "micro_steps", (lua_Integer)s.micro_steps);
+  lampL_setinteger(L, "samples", (lua_Integer)s.samples);
+  lampL_setinteger(L, "epochs", (lua_Integer)lamp_trainer_epochs_done(t));
+  lampL_setnumber(L, "loss", s.last_loss);
+  lampL_setnumber(L, "grad_norm", s.grad_norm);
+  lampL_setnumber(L, "lr", s.lr);
+  lampL_setnumber(L, "loss_scale", s.loss_scale);
+  lampL_setinteger(L, "world", s.world);
+  lampL_setinteger(L, "batch", (lua_Integer)s.batch);
+  lampL_setinteger(L, "effective_batch", (lua_Integer)s.effective_batch);
   return 1;
 }
 
@@ -228,11 +218,11 @@ static int trainer_param_table(lua_State *L) {
       lua_seti(L, -2, d + 1);
     }
     lua_setfield(L, -2, "shape");
-    set_integer(L, "count", (lua_Integer)p->count);
-    set_integer(L, "offset", (lua_Integer)p->offset);
+    lampL_setinteger(L, "count", (lua_Integer)p->count);
+    lampL_setinteger(L, "offset", (lua_Integer)p->offset);
     lua_pushboolean(L, decay);
     lua_setfield(L, -2, "decay");
-    set_number(L, "lr_mult", lr_mult);
+    lampL_setnumber(L, "lr_mult", lr_mult);
     lua_seti(L, -2, (lua_Integer)i + 1);
   }
   return 1;
