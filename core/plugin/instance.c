@@ -8,6 +8,7 @@
 
 #include "base/error.h"
 #include "plugin/instance.h"
+#include "tensor/dtype.h"
 
 /*
 ** {======================================================
@@ -323,6 +324,25 @@ lamp_status lamp_comm_reduce_scatter(lamp_comm *c, const void *sendbuf, void *re
 ** =======================================================
 */
 
+/* The slots the core can allocate: at most LAMP_OPTIM_MAX_SLOTS, every one f32. */
+static lamp_status check_slots(lamp_optim *o) {
+  lamp_optim_slot decls[LAMP_OPTIM_MAX_SLOTS];
+  uint32_t n = 0;
+  lamp_status st = lamp_optim_slots(o, decls, LAMP_OPTIM_MAX_SLOTS, &n);
+  if (st != LAMP_OK) return st;
+  if (n > LAMP_OPTIM_MAX_SLOTS)
+    return lamp_error(LAMP_ERR_UNSUPPORTED,
+                      "%s: declares %u state slots, this core allows at most %d", name_of(&o->in),
+                      (unsigned)n, LAMP_OPTIM_MAX_SLOTS);
+  for (uint32_t i = 0; i < n; i++)
+    if (decls[i].dtype != LAMP_F32)
+      return lamp_error(LAMP_ERR_UNSUPPORTED,
+                        "%s: state slot '%s' has dtype %s; this core allocates f32 slots only",
+                        name_of(&o->in), decls[i].name,
+                        lamp_dtype_name((lamp_dtype)decls[i].dtype));
+  return LAMP_OK;
+}
+
 lamp_status lamp_optim_open(lamp_optim **out, const char *name_or_path, const lamp_option *opts,
                             size_t n_opts) {
   if (out == NULL) return null_output(LAMP_KIND_OPTIM);
@@ -333,6 +353,11 @@ lamp_status lamp_optim_open(lamp_optim **out, const char *name_or_path, const la
   if (st != LAMP_OK) return st;
   lamp_optim *o = w;
   o->t = (const lamp_optim_v1 *)o->in.handle->desc;
+  st = check_slots(o);
+  if (st != LAMP_OK) {
+    lamp_optim_close(o); /* the message is recorded already; closing leaves it alone */
+    return st;
+  }
   *out = o;
   return LAMP_OK;
 }

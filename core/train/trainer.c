@@ -13,7 +13,6 @@
 #include "tensor/memory.h"
 #include "train/progress.h"
 
-#define MAX_SLOTS 8
 
 struct lamp_trainer {
   lamp_trainer_config config;
@@ -21,8 +20,8 @@ struct lamp_trainer {
   lamp_precision_policy policy;
   double base_lr;
 
-  lamp_optim_slot slot_decls[MAX_SLOTS];
-  float *slots[MAX_SLOTS];
+  lamp_optim_slot slot_decls[LAMP_OPTIM_MAX_SLOTS];
+  float *slots[LAMP_OPTIM_MAX_SLOTS];
   uint32_t n_slots;
   lamp_optim_segment *segments;
   size_t n_segments;
@@ -92,18 +91,12 @@ static lamp_status broadcast_initial_parameters(lamp_trainer *t) {
   return lamp_model_sync_weights(t->model);
 }
 
+/* The slots were checked when the optimizer was opened (count and dtype): allocate them. */
 static lamp_status allocate_optimizer_state(lamp_trainer *t) {
-  lamp_status st = lamp_optim_slots(t->config.optim, t->slot_decls, MAX_SLOTS, &t->n_slots);
+  lamp_status st = lamp_optim_slots(t->config.optim, t->slot_decls, LAMP_OPTIM_MAX_SLOTS, &t->n_slots);
   if (st != LAMP_OK) return st;
-  if (t->n_slots > MAX_SLOTS)
-    return lamp_error(LAMP_ERR_UNSUPPORTED, "%s: declares %u state slots, this core supports at most %d",
-                      lamp_optim_handle(t->config.optim)->desc->name, t->n_slots, MAX_SLOTS);
   size_t n = lamp_model_numel(t->model);
   for (uint32_t i = 0; i < t->n_slots; i++) {
-    if (t->slot_decls[i].dtype != LAMP_F32)
-      return lamp_error(LAMP_ERR_UNSUPPORTED, "%s: state slot '%s' has dtype %s; this core allocates f32 slots only",
-                        lamp_optim_handle(t->config.optim)->desc->name, t->slot_decls[i].name,
-                        lamp_dtype_name((lamp_dtype)t->slot_decls[i].dtype));
     t->slots[i] = lamp_mem_alloc(t->config.device, LAMP_MEM_OPTIM_STATE, n * sizeof(float));
     if (t->slots[i] == NULL) return LAMP_ERR_SYSTEM;
   }
@@ -159,7 +152,7 @@ lamp_status lamp_trainer_new(lamp_trainer **out, const lamp_trainer_config *conf
 
 void lamp_trainer_free(lamp_trainer *t) {
   if (t == NULL) return;
-  for (uint32_t i = 0; i < MAX_SLOTS; i++) lamp_mem_free(t->slots[i]);
+  for (uint32_t i = 0; i < LAMP_OPTIM_MAX_SLOTS; i++) lamp_mem_free(t->slots[i]);
   free(t->segments);
   lamp_tensor_release(t->dlogits);
   lamp_model_free(t->model);

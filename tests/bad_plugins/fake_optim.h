@@ -4,6 +4,7 @@
 ** that returns it. Before including this header a plugin may define:
 **   FAKE_CREATE  create                      (default fake_create, which succeeds)
 **   FAKE_PARAMS  hdr.params and hdr.n_params (an array; default none)
+**   FAKE_SLOTS   slots                       (default fake_slots, which declares none)
 ** A plugin whose table is not a plain lamp_optim_v1 leaves FAKE_NAME undefined and writes its
 ** own table and entry point from the fake_* functions.
 */
@@ -26,11 +27,14 @@ static lamp_status fake_create(const lamp_host *h, lamp_ctx *ctx, const double *
 #define FAKE_CREATE fake_create
 #endif
 static void fake_destroy(void *opt) { (void)opt; }
+#ifndef FAKE_SLOTS
 static lamp_status fake_slots(void *opt, lamp_optim_slot *out, uint32_t max, uint32_t *n) {
   (void)opt, (void)out, (void)max;
   *n = 0;
   return LAMP_OK;
 }
+#define FAKE_SLOTS fake_slots
+#endif
 static lamp_status fake_step(void *opt, const lamp_optim_step *s) {
   (void)opt, (void)s;
   return LAMP_OK;
@@ -46,7 +50,7 @@ static const lamp_optim_v1 table = {
             .probe = fake_probe},
     .create = FAKE_CREATE,
     .destroy = fake_destroy,
-    .slots = fake_slots,
+    .slots = FAKE_SLOTS,
     .step = fake_step,
 };
 

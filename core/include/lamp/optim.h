@@ -13,6 +13,13 @@
 extern "C" {
 #endif
 
+/*
+** The most state slots a plugin may declare, and the only dtype the core allocates them in:
+** lamp_optim_open refuses a plugin whose slots() asks for more than this, or for a slot that
+** is not LAMP_F32 ("adam: declares 9 state slots, this core allows at most 8").
+*/
+#define LAMP_OPTIM_MAX_SLOTS 8
+
 /* One state slot: a slab the size of the parameters, zero-initialised by the core. */
 typedef struct lamp_optim_slot {
   const char *name; /* "momentum_buffer", "exp_avg" */
@@ -53,7 +60,8 @@ typedef struct lamp_optim_v1 {
 
   /*
   ** Required. The state slots this configuration needs (Adam with amsgrad needs three):
-  ** writes up to `max` entries into `out` and the total into *n.
+  ** writes up to `max` entries into `out` and the total into *n. At most LAMP_OPTIM_MAX_SLOTS,
+  ** each LAMP_F32; the core asks once right after create and refuses the object otherwise.
   */
   lamp_status (*slots)(void *opt, lamp_optim_slot *out, uint32_t max, uint32_t *n);
 
