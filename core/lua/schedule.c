@@ -2,6 +2,7 @@
 ** lamp.lr: learning-rate schedules as plain tables the Trainer reads, and the linear scaling
 ** rule. lamp.lr.at(schedule, base_lr, step) evaluates one, for users and tests alike.
 */
+#include <stdio.h>
 #include <string.h>
 
 #include "lua/lua_util.h"
@@ -20,14 +21,17 @@ lamp_schedule lampL_check_schedule(lua_State *L, int idx, const char *what) {
   lamp_schedule s = {.kind = LAMP_SCHEDULE_CONSTANT, .gamma = 0.1};
   idx = lua_absindex(L, idx);
   const char *kind;
+  int kind_slot = 0;
   if (lua_type(L, idx) == LUA_TSTRING) {
     kind = lua_tostring(L, idx);
   } else {
     if (!lua_istable(L, idx)) luaL_error(L, "%s: schedule must be a name or a lamp.lr table, got %s", what, luaL_typename(L, idx));
     lampL_check_fields(L, idx, what, schedule_fields);
     lua_getfield(L, idx, "kind");
-    kind = lua_tostring(L, -1);
-    lua_pop(L, 1); /* the table keeps the string alive */
+    /* Stays on the stack until compared: a number kind is converted in this slot only, and
+       the table would not keep that string alive. */
+    kind_slot = lua_gettop(L);
+    kind = lua_tostring(L, kind_slot);
     s.total = opt_steps(L, idx, what, "total", 0);
     s.warmup = opt_steps(L, idx, what, "warmup", 0);
     s.step_size = opt_steps(L, idx, what, "step_size", 0);
@@ -38,6 +42,7 @@ lamp_schedule lampL_check_schedule(lua_State *L, int idx, const char *what) {
   else if (kind != NULL && strcmp(kind, "step") == 0) s.kind = LAMP_SCHEDULE_STEP;
   else if (kind == NULL || strcmp(kind, "constant") != 0)
     luaL_error(L, "%s: unknown schedule '%s'; valid schedules: constant, cosine, step", what, kind ? kind : "nil");
+  if (kind_slot) lua_remove(L, kind_slot);
   lampL_check(L, lamp_schedule_validate(&s));
   return s;
 }
@@ -85,12 +90,19 @@ static int lr_constant(lua_State *L) {
   return push_schedule(L, &s);
 }
 
+/* luaL_error's format knows no %g: the number is formatted here, as the C messages do. */
+static int bad_argument(lua_State *L, const char *what, double v) {
+  char buf[32];
+  snprintf(buf, sizeof buf, "%g", v);
+  return luaL_error(L, "lr.linear_scaling: %s, got %s", what, buf);
+}
+
 /* lamp.lr.linear_scaling(base_lr, base_batch, effective_batch) -> base_lr * B_eff / base_batch */
 static int lr_linear_scaling(lua_State *L) {
   double base_lr = luaL_checknumber(L, 1), base_batch = luaL_checknumber(L, 2), b_eff = luaL_checknumber(L, 3);
-  if (!(base_lr >= 0)) return luaL_error(L, "lr.linear_scaling: base_lr must be >= 0, got %g", base_lr);
-  if (!(base_batch > 0)) return luaL_error(L, "lr.linear_scaling: base_batch must be > 0, got %g", base_batch);
-  if (!(b_eff > 0)) return luaL_error(L, "lr.linear_scaling: effective batch must be > 0, got %g", b_eff);
+  if (!(base_lr >= 0)) return bad_argument(L, "base_lr must be >= 0", base_lr);
+  if (!(base_batch > 0)) return bad_argument(L, "base_batch must be > 0", base_batch);
+  if (!(b_eff > 0)) return bad_argument(L, "effective batch must be > 0", b_eff);
   lua_pushnumber(L, lamp_linear_scaling(base_lr, base_batch, b_eff));
   return 1;
 }

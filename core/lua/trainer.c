@@ -111,6 +111,16 @@ static void apply_param_groups(lua_State *L, lamp_trainer *t) {
   lua_settop(L, groups - 1);
 }
 
+static int trainer_gc(lua_State *L);
+
+/* (config, trainer box): apply_param_groups under lua_pcall. */
+static int apply_param_groups_protected(lua_State *L) {
+  lamp_trainer *t = lampL_checkobject(L, 2, LAMP_TRAINER_CLASS);
+  lua_settop(L, 1); /* apply_param_groups reads the config at index 1 */
+  apply_param_groups(L, t);
+  return 0;
+}
+
 static int trainer_new(lua_State *L) {
   luaL_checktype(L, 1, LUA_TTABLE);
   lampL_check_fields(L, 1, "Trainer", trainer_fields);
@@ -128,9 +138,20 @@ static int trainer_new(lua_State *L) {
   c.schedule = read_schedule(L);
   lamp_trainer *t;
   lampL_check(L, lamp_trainer_new(&t, &c));
-  lampL_pushbox(L, LAMP_TRAINER_CLASS, t, UV_COUNT); /* owns t from here, even if a group is bad */
-  keep_borrowed(L, lua_gettop(L));
-  apply_param_groups(L, t);
+  lampL_pushbox(L, LAMP_TRAINER_CLASS, t, UV_COUNT);
+  int box = lua_gettop(L);
+  keep_borrowed(L, box);
+  /* A bad group must not leave a half-made trainer holding the model's layers until the GC
+     runs: close it at once, so the same layers can go into the next Trainer. */
+  lua_pushcfunction(L, apply_param_groups_protected);
+  lua_pushvalue(L, 1);
+  lua_pushvalue(L, box);
+  if (lua_pcall(L, 2, 0, 0) != LUA_OK) {
+    lua_pushcfunction(L, trainer_gc);
+    lua_pushvalue(L, box);
+    lua_call(L, 1, 0);
+    return lua_error(L); /* the message is still on the stack top below what we pushed */
+  }
   return 1;
 }
 
