@@ -39,6 +39,8 @@ void lamp_log_set_sink(lamp_log_sink s, void *userdata) {
 
 void lamp_log_set_rank(int rank) { this_rank = rank; }
 
+int lamp_log_get_rank(void) { return this_rank; }
+
 static int rank_may_log(lamp_log_level level) {
   if (this_rank == 0 || level <= LAMP_LOG_WARN) return 1;
   const char *all = getenv("LAMP_LOG_ALL_RANKS");

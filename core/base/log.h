@@ -28,5 +28,6 @@ int lamp_log_is_terminal(void);
 
 /* Ranks other than 0 log only warnings and errors unless LAMP_LOG_ALL_RANKS=1. */
 void lamp_log_set_rank(int rank);
+int lamp_log_get_rank(void);
 
 #endif

@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/log.h"
 #include "lua/lua_util.h"
 #include "lua/module.h"
 #include "tensor/ledger.h"
@@ -23,6 +24,37 @@ static int lamp_memory(lua_State *L) {
     lua_setfield(L, -2, lamp_mem_tag_name((lamp_mem_tag)tag));
   }
   return 1;
+}
+
+/* The arguments joined with tabs, as print() joins them. */
+static const char *joined_arguments(lua_State *L) {
+  int n = lua_gettop(L);
+  luaL_Buffer b;
+  luaL_buffinit(L, &b);
+  for (int i = 1; i <= n; i++) {
+    if (i > 1) luaL_addchar(&b, '\t');
+    luaL_tolstring(L, i, NULL);
+    luaL_addvalue(&b);
+  }
+  luaL_pushresult(&b);
+  return lua_tostring(L, -1);
+}
+
+/* lamp.log0(...): like print, on rank 0 only (the rank of the last communicator opened). */
+static int lamp_log0(lua_State *L) {
+  if (lamp_log_get_rank() != 0) return 0;
+  const char *line = joined_arguments(L);
+  fprintf(stdout, "%s\n", line);
+  fflush(stdout);
+  return 0;
+}
+
+/* lamp.log(...): like print on every rank, prefixed with "[rank R] ". */
+static int lamp_log_line(lua_State *L) {
+  const char *line = joined_arguments(L);
+  fprintf(stdout, "[rank %d] %s\n", lamp_log_get_rank(), line);
+  fflush(stdout);
+  return 0;
 }
 
 /* lamp.reset_memory_peaks(): every peak becomes the current value (start of a measurement). */
@@ -107,6 +139,8 @@ static int lamp_parse_args(lua_State *L) {
 
 static const luaL_Reg lamp_functions[] = {{"memory", lamp_memory},
                                           {"reset_memory_peaks", lamp_reset_memory_peaks},
+                                          {"log0", lamp_log0},
+                                          {"log", lamp_log_line},
                                           {"parse_args", lamp_parse_args}, {NULL, NULL}};
 
 int luaopen_lamp(lua_State *L) {

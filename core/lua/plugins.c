@@ -1,6 +1,7 @@
 /* lamp.precision, lamp.comm, lamp.optim and lamp.plugins: plugin objects from Lua. */
 #include <stdlib.h>
 
+#include "base/log.h"
 #include "lua/lua_util.h"
 #include "plugin/instance.h"
 #include "plugin/loader.h"
@@ -30,7 +31,12 @@ static lamp_status open_optim(void **out, const char *name, const lamp_option *o
 }
 
 static int lamp_precision_new(lua_State *L) { return open_plugin(L, "precision", LAMP_PRECISION_CLASS, open_precision); }
-static int lamp_comm_new(lua_State *L) { return open_plugin(L, "comm", LAMP_COMM_CLASS, open_comm); }
+/* Opening a communicator tells the logger this process's rank: rank-0-only output starts here. */
+static int lamp_comm_new(lua_State *L) {
+  int n = open_plugin(L, "comm", LAMP_COMM_CLASS, open_comm);
+  lamp_log_set_rank(lamp_comm_rank(lampL_checkobject(L, -1, LAMP_COMM_CLASS)));
+  return n;
+}
 static int lamp_optim_new(lua_State *L) { return open_plugin(L, "optim", LAMP_OPTIM_CLASS, open_optim); }
 
 static int precision_gc(lua_State *L) {
