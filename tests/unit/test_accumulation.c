@@ -396,18 +396,6 @@ static void test_param_options_lr_mult_and_decay(void **state) {
   batches_free(&d);
 }
 
-static int quiet(void **state) {
-  (void)state;
-  lamp_log_set_level(LAMP_LOG_WARN);
-  return 0;
-}
-
-static int release_workspace(void **state) {
-  (void)state;
-  lamp_backend_release_workspace();
-  return 0;
-}
-
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_accum4_of_quarters_equals_batch128),
@@ -416,5 +404,5 @@ int main(void) {
       cmocka_unit_test(test_fp16_scaler_updates_once_per_accumulation_group),
       cmocka_unit_test(test_param_options_lr_mult_and_decay),
   };
-  return cmocka_run_group_tests(tests, quiet, release_workspace);
+  return cmocka_run_group_tests(tests, rig_group_setup, rig_group_teardown);
 }

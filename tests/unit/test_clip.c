@@ -272,18 +272,6 @@ static void test_no_clip_reports_no_norm(void **state) {
   for (size_t i = 0; i < NP; i++) assert_near((double)o.after[i] - o.before[i], -ref.g[i], 1e-6);
 }
 
-static int quiet(void **state) {
-  (void)state;
-  lamp_log_set_level(LAMP_LOG_WARN);
-  return 0;
-}
-
-static int release_workspace(void **state) {
-  (void)state;
-  lamp_backend_release_workspace();
-  return 0;
-}
-
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_reference_gradient_is_the_gradient),
@@ -293,5 +281,5 @@ int main(void) {
       cmocka_unit_test(test_fp16_clip_above_the_norm),
       cmocka_unit_test(test_no_clip_reports_no_norm),
   };
-  return cmocka_run_group_tests(tests, quiet, release_workspace);
+  return cmocka_run_group_tests(tests, rig_group_setup, rig_group_teardown);
 }

@@ -296,18 +296,6 @@ static void test_effective_batch(void **state) {
                         "trainer: B_eff = 30 (batch 5 x 2 ranks x accum 3), lr 0.1 at the first step\n");
 }
 
-static int quiet(void **state) {
-  (void)state;
-  lamp_log_set_level(LAMP_LOG_WARN);
-  return 0;
-}
-
-static int release_workspace(void **state) {
-  (void)state;
-  lamp_backend_release_workspace();
-  return 0;
-}
-
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_constant),
@@ -320,5 +308,5 @@ int main(void) {
       cmocka_unit_test(test_skipped_step_does_not_advance_the_schedule),
       cmocka_unit_test(test_effective_batch),
   };
-  return cmocka_run_group_tests(tests, quiet, release_workspace);
+  return cmocka_run_group_tests(tests, rig_group_setup, rig_group_teardown);
 }

@@ -9,6 +9,7 @@
 #ifndef LAMP_TEST_TRAINER_RIG_H
 #define LAMP_TEST_TRAINER_RIG_H
 
+#include "backend/backend.h"
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -123,6 +124,20 @@ static inline void capture_start(void) {
 static inline void capture_stop(void) {
   lamp_log_set_sink(NULL, NULL);
   lamp_log_set_level(LAMP_LOG_WARN);
+}
+
+/* cmocka group setup and teardown for trainer tests: quiet logs, and the per-thread GEMM
+   workspace handed back so valgrind sees no "possibly lost" block. */
+static inline int rig_group_setup(void **state) {
+  (void)state;
+  lamp_log_set_level(LAMP_LOG_WARN);
+  return 0;
+}
+
+static inline int rig_group_teardown(void **state) {
+  (void)state;
+  lamp_backend_release_workspace();
+  return 0;
 }
 
 #endif

@@ -53,7 +53,7 @@ lamp_status lamp_sum_rows(lamp_device device, float *out, const void *dy, lamp_d
 #define SQUARES_LANES 16
 
 /* Squares of floats are exact in double and the summation order is fixed by this source (no
-   reassociation without -ffast-math), so every build and both variants below give the same
+   reassociation without fast-math), so every build and both variants below give the same
    bits for the same input. */
 static inline __attribute__((always_inline)) double sum_squares_loop(const float *x, size_t n) {
   double partial[SQUARES_LANES] = {0};

@@ -2,7 +2,7 @@
 ** The fused unscale-and-check behind lamp_host.unscale_and_check: one pass that multiplies the
 ** gradients by 1/S and notes any inf/NaN. The check is on the product, so an overflow caused
 ** by the multiply itself (inv_scale > 1) is caught too. isfinite survives because the build
-** never uses -ffast-math (see CMakeLists.txt).
+** never enables fast-math (see CMakeLists.txt).
 */
 #include <math.h>
 
