@@ -46,6 +46,13 @@ typedef struct lamp_exec {
   int overwrite_grads;         /* set on the first backward after the gradients were
                                   released: accumulate_grads must WRITE every element of
                                   its gradient views instead of adding (saves zeroing) */
+  /*
+  ** Optional (may be NULL): called during a combined backward as soon as the gradients of
+  ** every parameter with declaration index >= first_param are final, so a data-parallel
+  ** trainer can start reducing them while the rest of the backward pass runs.
+  */
+  void (*grads_ready)(void *ctx, size_t first_param);
+  void *grads_ready_ctx;
 } lamp_exec;
 
 typedef struct lamp_layer_ops {
@@ -81,6 +88,15 @@ typedef struct lamp_layer_ops {
      for an empty batch). NULL for layers without parameters. */
   lamp_status (*accumulate_grads)(lamp_layer *layer, const lamp_exec *exec, const lamp_tensor *x,
                                   const lamp_tensor *dy);
+
+  /*
+  ** Optional (NULL for leaves): backward_input and accumulate_grads in one walk, so that
+  ** parameter gradients become final layer by layer, each announced through
+  ** exec->grads_ready with indices offset by first_param (this layer's first parameter in
+  ** the model's declaration order). Containers implement it.
+  */
+  lamp_status (*backward)(lamp_layer *layer, const lamp_exec *exec, const lamp_tensor *x, const lamp_tensor *y,
+                          const lamp_tensor *dy, lamp_tensor *dx, size_t first_param);
 
   /* "Linear(784 -> 1024)"; containers describe their children on following lines. */
   void (*describe)(const lamp_layer *layer, char *buf, size_t size);

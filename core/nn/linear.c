@@ -11,7 +11,7 @@
 ** The converted copies made in one step are reused by the later phases of the same step
 ** (W from forward in backward_input, x from forward and dy from backward_input in
 ** accumulate_grads). That relies on the training-step order: the weights and the input do
-** not change between forward and backward. accumulate_grads ends the step and drops them.
+** not change between forward and backward. Every forward re-makes them.
 */
 #include <math.h>
 #include <stdio.h>
@@ -350,8 +350,12 @@ static lamp_status linear_accumulate_grads(lamp_layer *layer, const lamp_exec *e
   if (st == LAMP_OK) st = as_operand(&l->dy_copy, exec, dy, rows * out, 1, &dyd);
   if (st == LAMP_OK) st = accumulate_weight_grad(l, exec, dyd, xd, rows);
   if (st == LAMP_OK && l->has_bias) st = accumulate_bias_grad(l, exec, dy, rows);
-  /* The step is over: the next backward may follow an optimizer step. */
-  l->x_copy.valid = l->w_copy.valid = l->dy_copy.valid = 0;
+  /*
+  ** dy's copy is done with (a second backward may bring new values at the same address). The
+  ** weights' copy stays valid until the next forward, which always re-makes it: a backward
+  ** that walks layer by layer (accumulate_grads before backward_input) still reuses it.
+  */
+  l->x_copy.valid = l->dy_copy.valid = 0;
   return st;
 }
 

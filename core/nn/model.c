@@ -323,15 +323,16 @@ static int same_shape(const lamp_tensor *a, const lamp_tensor *b) {
   return 1;
 }
 
-static lamp_status run_backward(lamp_model *model, const lamp_tensor *dy, int overwrite);
-
-lamp_status lamp_model_backward(lamp_model *model, const lamp_tensor *dy) { return run_backward(model, dy, 0); }
-
-lamp_status lamp_model_backward_fresh(lamp_model *model, const lamp_tensor *dy) {
-  return run_backward(model, dy, 1);
+lamp_status lamp_model_backward(lamp_model *model, const lamp_tensor *dy) {
+  return lamp_model_backward_ex(model, dy, 0, NULL, NULL);
 }
 
-static lamp_status run_backward(lamp_model *model, const lamp_tensor *dy, int overwrite) {
+lamp_status lamp_model_backward_fresh(lamp_model *model, const lamp_tensor *dy) {
+  return lamp_model_backward_ex(model, dy, 1, NULL, NULL);
+}
+
+lamp_status lamp_model_backward_ex(lamp_model *model, const lamp_tensor *dy, int overwrite,
+                                   void (*grads_ready)(void *ctx, size_t first_param), void *ctx) {
   if (!model->built) return lamp_error(LAMP_ERR_INVALID_USAGE, "model: backward before lamp_model_build");
   if (model->x == NULL) return lamp_error(LAMP_ERR_INVALID_USAGE, "model: backward without a successful forward");
   if (!same_shape(dy, model->y)) {
@@ -340,9 +341,18 @@ static lamp_status run_backward(lamp_model *model, const lamp_tensor *dy, int ov
                       lamp_tensor_describe(dy, a, sizeof a), lamp_tensor_describe(model->y, b, sizeof b));
   }
   lamp_layer *root = model->root;
-  lamp_status st = root->ops->backward_input(root, &model->exec, model->x, model->y, dy, NULL);
-  if (st != LAMP_OK || root->ops->accumulate_grads == NULL) return st;
   lamp_exec exec = model->exec;
   exec.overwrite_grads = overwrite;
-  return root->ops->accumulate_grads(root, &exec, model->x, dy);
+  exec.grads_ready = grads_ready;
+  exec.grads_ready_ctx = ctx;
+  lamp_status st;
+  if (root->ops->backward != NULL) { /* layer by layer, announcing gradients as they complete */
+    st = root->ops->backward(root, &exec, model->x, model->y, dy, NULL, 0);
+  } else {
+    st = root->ops->backward_input(root, &model->exec, model->x, model->y, dy, NULL);
+    if (st == LAMP_OK && root->ops->accumulate_grads != NULL)
+      st = root->ops->accumulate_grads(root, &exec, model->x, dy);
+  }
+  if (st == LAMP_OK && grads_ready != NULL) grads_ready(ctx, 0);
+  return st;
 }

@@ -84,4 +84,12 @@ lamp_status lamp_model_backward(lamp_model *model, const lamp_tensor *dy);
    the first micro-step of an accumulation group needs no zeroing pass before it. */
 lamp_status lamp_model_backward_fresh(lamp_model *model, const lamp_tensor *dy);
 
+/*
+** The general form: `fresh` as lamp_model_backward_fresh; grads_ready (may be NULL) is called
+** with ctx as the gradients of parameters first_param.. become final, last layer first, and
+** once more with 0 at the end whatever the layers did.
+*/
+lamp_status lamp_model_backward_ex(lamp_model *model, const lamp_tensor *dy, int fresh,
+                                   void (*grads_ready)(void *ctx, size_t first_param), void *ctx);
+
 #endif

@@ -139,6 +139,44 @@ static lamp_status seq_backward_input(lamp_layer *layer, const lamp_exec *exec, 
 }
 
 /* Last child first: gradients become ready in the order a bucketed all-reduce wants them. */
+/*
+** The combined walk, last child first: each child's parameter gradients are accumulated and
+** announced as soon as its output gradient is known, then its input gradient is computed for
+** the child before it. A data-parallel trainer overlaps its reductions with what remains.
+*/
+static lamp_status seq_backward(lamp_layer *layer, const lamp_exec *exec, const lamp_tensor *x,
+                                const lamp_tensor *y, const lamp_tensor *dy, lamp_tensor *dx, size_t first_param) {
+  sequential *s = (sequential *)layer;
+  if (s->n > 1 && s->acts[s->n - 2] == NULL)
+    return lamp_error(LAMP_ERR_INVALID_USAGE, "Sequential: backward before forward");
+  const lamp_tensor *dout = dy;
+  for (size_t i = s->n; i-- > 0;) {
+    lamp_layer *c = s->children[i];
+    lamp_tensor *din = dx;
+    if (i > 0) {
+      const lamp_tensor *a = s->acts[i - 1];
+      lamp_status st = lamp_tensor_ensure(&s->grads[i - 1], a->dtype, a->device, a->ndim, a->shape,
+                                          LAMP_MEM_ACTIVATIONS);
+      if (st != LAMP_OK) return st;
+      din = s->grads[i - 1];
+    }
+    const lamp_tensor *in = input_of(s, i, x), *out = output_of(s, i, y);
+    size_t child_first = first_param + s->first_param[i];
+    lamp_status st;
+    if (c->ops->backward != NULL) {
+      st = c->ops->backward(c, exec, in, out, dout, din, child_first);
+    } else {
+      st = c->ops->accumulate_grads != NULL ? c->ops->accumulate_grads(c, exec, in, dout) : LAMP_OK;
+      if (st == LAMP_OK && c->ops->accumulate_grads != NULL && exec->grads_ready != NULL)
+        exec->grads_ready(exec->grads_ready_ctx, child_first);
+      if (st == LAMP_OK) st = c->ops->backward_input(c, exec, in, out, dout, din);
+    }
+    if (st != LAMP_OK) return st;
+    dout = din;
+  }
+  return LAMP_OK;
+}
+
 static lamp_status seq_accumulate_grads(lamp_layer *layer, const lamp_exec *exec, const lamp_tensor *x,
                                         const lamp_tensor *dy) {
   sequential *s = (sequential *)layer;
@@ -233,6 +271,7 @@ static const lamp_layer_ops sequential_ops = {
     .forward = seq_forward,
     .backward_input = seq_backward_input,
     .accumulate_grads = seq_accumulate_grads,
+    .backward = seq_backward,
     .describe = seq_describe,
     .destroy = seq_destroy,
 };
