@@ -9,7 +9,7 @@
 enum { UV_PRECISION = 1, UV_COMM, UV_OPTIM, UV_COUNT = UV_OPTIM };
 
 static const char *const trainer_fields[] = {"model", "loss",     "precision", "comm",         "optim", "accum",
-                                             "clip",  "schedule", "seed",      "param_groups", NULL};
+                                             "clip",  "schedule", "seed",      "param_groups", "bucket_mb", NULL};
 static const char *const group_fields[] = {"match", "lr_mult", "decay", NULL};
 
 static void *required_object(lua_State *L, const char *field, const char *tname, const char *hint) {
@@ -135,6 +135,7 @@ static int trainer_new(lua_State *L) {
   c.accum = (int)lampL_optfield_integer(L, 1, "Trainer", "accum", 1);
   c.clip = lampL_optfield_number(L, 1, "Trainer", "clip", 0.0);
   c.seed = (uint64_t)lampL_optfield_integer(L, 1, "Trainer", "seed", 0);
+  c.bucket_mb = lampL_optfield_number(L, 1, "Trainer", "bucket_mb", 25.0);
   c.schedule = read_schedule(L);
   lamp_trainer *t;
   lampL_check(L, lamp_trainer_new(&t, &c));
@@ -210,6 +211,8 @@ static int trainer_stats(lua_State *L) {
   lampL_setinteger(L, "world", s.world);
   lampL_setinteger(L, "batch", (lua_Integer)s.batch);
   lampL_setinteger(L, "effective_batch", (lua_Integer)s.effective_batch);
+  lampL_setinteger(L, "buckets", (lua_Integer)s.buckets);
+  lampL_setinteger(L, "buckets_overlapped", (lua_Integer)s.buckets_overlapped);
   return 1;
 }
 

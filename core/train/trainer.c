@@ -11,6 +11,7 @@
 #include "base/log.h"
 #include "tensor/dtype.h"
 #include "tensor/memory.h"
+#include "train/grad_buckets.h"
 #include "train/progress.h"
 
 
@@ -27,6 +28,7 @@ struct lamp_trainer {
   size_t n_segments;
 
   lamp_tensor *dlogits;       /* gradient of the loss w.r.t. the model output */
+  lamp_grad_buckets buckets;  /* the all-reduce of the gradient slab, cut to overlap backward */
   int micro;                  /* micro-steps done in the current accumulation group */
   uint64_t epochs_done;
   lamp_trainer_stats stats;
@@ -42,6 +44,8 @@ static lamp_status check_config(const lamp_trainer_config *c) {
   if (c->comm == NULL) return lamp_error(LAMP_ERR_INVALID_ARG, "Trainer: 'comm' is required");
   if (c->optim == NULL) return lamp_error(LAMP_ERR_INVALID_ARG, "Trainer: 'optim' is required");
   if (c->accum < 1) return lamp_error(LAMP_ERR_INVALID_ARG, "Trainer: 'accum' must be >= 1, got %d", c->accum);
+  if (!(c->bucket_mb >= 0.0) || isinf(c->bucket_mb))
+    return lamp_error(LAMP_ERR_INVALID_ARG, "Trainer: 'bucket_mb' must be a finite number >= 0 (0: 25), got %g", c->bucket_mb);
   if (!(c->clip >= 0.0) || isinf(c->clip))
     return lamp_error(LAMP_ERR_INVALID_ARG, "Trainer: 'clip' must be a finite number >= 0 (0 disables), got %g", c->clip);
   return lamp_schedule_validate(&c->schedule);
@@ -140,8 +144,11 @@ lamp_status lamp_trainer_new(lamp_trainer **out, const lamp_trainer_config *conf
   t->stats.world = lamp_comm_size(config->comm);
   lamp_log_set_rank(lamp_comm_rank(config->comm)); /* progress and info lines on rank 0 only */
   t->stats.loss_scale = 1.0;
+  double bucket_mb = config->bucket_mb > 0.0 ? config->bucket_mb : 25.0;
   if ((st = build_model(t)) != LAMP_OK || (st = broadcast_initial_parameters(t)) != LAMP_OK ||
-      (st = allocate_optimizer_state(t)) != LAMP_OK || (st = build_segments(t)) != LAMP_OK) {
+      (st = allocate_optimizer_state(t)) != LAMP_OK || (st = build_segments(t)) != LAMP_OK ||
+      (st = lamp_grad_buckets_init(&t->buckets, t->model, config->comm, config->device,
+                                   (size_t)(bucket_mb * 1048576.0))) != LAMP_OK) {
     lamp_trainer_free(t);
     return st;
   }
@@ -155,6 +162,7 @@ void lamp_trainer_free(lamp_trainer *t) {
   for (uint32_t i = 0; i < LAMP_OPTIM_MAX_SLOTS; i++) lamp_mem_free(t->slots[i]);
   free(t->segments);
   lamp_tensor_release(t->dlogits);
+  lamp_grad_buckets_free(&t->buckets);
   lamp_model_free(t->model);
   lamp_loss_release(t->config.loss);
   lamp_layer_release(t->config.model);
@@ -187,23 +195,27 @@ static lamp_status forward_backward(lamp_trainer *t, const lamp_tensor *x, const
   if (!isfinite(*loss) && !(t->policy.flags & LAMP_POLICY_LOSS_SCALING))
     return lamp_error(LAMP_ERR_NUMERIC, "Trainer: loss is %s at step %llu; training cannot continue (lower the learning rate or enable clipping)",
                       isnan(*loss) ? "NaN" : (*loss > 0 ? "+inf" : "-inf"), (unsigned long long)t->stats.steps + 1);
-  /* The first micro-step writes the gradients afresh: no zeroing pass over the slab. */
-  return t->micro == 0 ? lamp_model_backward_fresh(t->model, t->dlogits) : lamp_model_backward(t->model, t->dlogits);
+  /* The first micro-step writes the gradients afresh: no zeroing pass over the slab. On the
+     last one, with several ranks, each bucket's all-reduce starts as backward completes it. */
+  if (t->micro + 1 < t->config.accum || t->stats.world == 1)
+    return lamp_model_backward_ex(t->model, t->dlogits, t->micro == 0, NULL, NULL);
+  lamp_grad_buckets_begin(&t->buckets, lamp_tensor_data(lamp_model_grads(t->model)));
+  st = lamp_model_backward_ex(t->model, t->dlogits, t->micro == 0, lamp_grad_buckets_ready, &t->buckets);
+  lamp_status reduced = lamp_grad_buckets_finish(&t->buckets); /* waits even after a failed backward */
+  t->stats.buckets_overlapped = t->buckets.started_early;
+  return st != LAMP_OK ? st : reduced;
 }
 
 /*
-** Sums gradients over ranks, then checks them for inf/NaN in one read-only pass of the host
-** kernel. The division by S*N is not a pass of its own: it is folded into the optimizer's
-** fused step as grad_scale, the way PyTorch's fused optimizers take the scaler's inverse scale.
+** Checks the gradients, already summed over ranks by the buckets, for inf/NaN in one read-only
+** pass of the host kernel. The division by S*N is not a pass of its own: it is folded into the
+** optimizer's fused step as grad_scale, the way PyTorch's fused optimizers take the scaler's
+** inverse scale.
 */
-static lamp_status reduce_and_check(lamp_trainer *t, int *found_inf) {
+static lamp_status check_gradients(lamp_trainer *t, int *found_inf) {
   float *grads = lamp_tensor_data(lamp_model_grads(t->model));
   size_t n = lamp_model_numel(t->model);
   int world = t->stats.world;
-  if (world > 1) {
-    lamp_status st = lamp_comm_all_reduce(t->config.comm, grads, n, LAMP_F32, LAMP_REDUCE_SUM, t->config.device);
-    if (st != LAMP_OK) return st;
-  }
   *found_inf = 0;
   /* One rank and no scaler to inform: skip the pass. A NaN still surfaces, through the loss
      check of the next step; with several ranks every one must stop at the same step. */
@@ -255,7 +267,7 @@ static lamp_status optimizer_step(lamp_trainer *t, double scale) {
 
 static lamp_status finish_accumulation_group(lamp_trainer *t, double scale) {
   int found_inf;
-  lamp_status st = reduce_and_check(t, &found_inf);
+  lamp_status st = check_gradients(t, &found_inf);
   if (st != LAMP_OK) return st;
   int skip = 0;
   st = lamp_precision_update(t->config.precision, found_inf, &skip);
@@ -366,6 +378,7 @@ lamp_status lamp_trainer_stats_get(lamp_trainer *t, lamp_trainer_stats *out) {
   lamp_status st = lamp_precision_stats(t->config.precision, &scaler);
   if (st != LAMP_OK) return st;
   t->stats.loss_scale = scaler.scale;
+  t->stats.buckets = t->buckets.n;
   *out = t->stats;
   return LAMP_OK;
 }

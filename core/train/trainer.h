@@ -3,7 +3,7 @@
 **
 **   forward -> loss (scaled by the precision policy's S, divided by the accumulation count)
 **   -> backward (gradients accumulate in the fp32 slab) -> [last micro-step only]
-**   all-reduce (sum) through the communicator -> inf/NaN check (one read-only pass)
+**   all-reduce (sum, in buckets started as backward completes them) -> inf/NaN check (one read-only pass)
 **   -> scaler update decides skip -> clip -> optimizer step on the fp32 slab, whose fused
 **   pass also unscales (grad_scale = clip / (S*N)) -> refresh 16-bit weights.
 **
@@ -34,6 +34,7 @@ typedef struct lamp_trainer_config {
   double clip;                /* global-norm clipping threshold; 0 disables */
   lamp_schedule schedule;
   uint64_t seed;              /* parameter initialisation (rank 0's is broadcast) */
+  double bucket_mb;           /* gradient bucket size for the all-reduce, MiB (0: 25, DDP's default) */
 } lamp_trainer_config;
 
 typedef struct lamp_trainer_stats {
@@ -49,6 +50,8 @@ typedef struct lamp_trainer_stats {
   int world;                  /* ranks */
   size_t batch;               /* per-rank micro-batch size of the last step */
   size_t effective_batch;     /* B_eff = batch x ranks x accum */
+  size_t buckets;             /* gradient buckets the all-reduce is cut into */
+  size_t buckets_overlapped;  /* of the last step's, how many started before backward ended */
 } lamp_trainer_stats;
 
 /* What one epoch measured. */

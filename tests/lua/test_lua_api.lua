@@ -58,7 +58,7 @@ local function with(changes)
   for k, v in pairs(changes) do t[k] = v end
   return t
 end
-expect_error(function() lamp.Trainer(with { epochs = 3 }) end, "Trainer: unknown field 'epochs'; valid fields: model, loss, precision, comm, optim, accum, clip, schedule, seed")
+expect_error(function() lamp.Trainer(with { epochs = 3 }) end, "Trainer: unknown field 'epochs'; valid fields: model, loss, precision, comm, optim, accum, clip, schedule, seed, param_groups, bucket_mb")
 expect_error(function() lamp.Trainer(with { optim = false }) end, "Trainer: 'optim' must be a lamp.Optim, got boolean")
 expect_error(function()
   local t = with {}

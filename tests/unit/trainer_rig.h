@@ -18,6 +18,7 @@
 #include "train/trainer.h"
 
 #define COUNTING_COMM LAMP_BAD_PLUGIN_DIR "/counting_comm.so"
+#define RECORDING_COMM LAMP_BAD_PLUGIN_DIR "/recording_comm.so"
 
 typedef struct rig_spec {
   const char *precision;         /* default "fp32" */
@@ -30,6 +31,7 @@ typedef struct rig_spec {
   double clip;
   lamp_schedule schedule;
   uint64_t seed;
+  double bucket_mb;              /* default 25 */
 } rig_spec;
 
 typedef struct rig {
@@ -50,7 +52,8 @@ static inline void rig_open(rig *r, const rig_spec *spec, lamp_layer *net) {
   OK(lamp_cross_entropy_new(&r->loss));
   lamp_trainer_config cfg = {.model = net, .loss = r->loss, .precision = r->prec, .comm = r->comm,
                              .optim = r->optim, .device = LAMP_CPU, .accum = spec->accum ? spec->accum : 1,
-                             .clip = spec->clip, .schedule = spec->schedule, .seed = spec->seed};
+                             .clip = spec->clip, .schedule = spec->schedule, .seed = spec->seed,
+                             .bucket_mb = spec->bucket_mb};
   OK(lamp_trainer_new(&r->t, &cfg));
   lamp_layer_release(net); /* the trainer holds its own reference */
   r->model = lamp_trainer_model(r->t);
