@@ -4,7 +4,7 @@
 set -euo pipefail
 
 packages=(build-essential cmake pkg-config liblua5.4-dev libcmocka-dev libopenblas-dev zlib1g-dev
-          dataset-fashion-mnist)
+          dataset-fashion-mnist libopenmpi-dev openmpi-bin)
 if [[ "${1:-}" == "--bench" ]]; then packages+=(python3-torch python3-numpy); fi
 
 missing=()

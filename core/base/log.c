@@ -10,7 +10,7 @@ static lamp_log_level threshold = LAMP_LOG_INFO;
 static int threshold_read_from_env;
 static lamp_log_sink sink;
 static void *sink_userdata;
-static int this_rank;
+static int this_rank = -1; /* -1: not set yet; see current_rank */
 
 static void read_env_threshold(void) {
   const char *v = getenv("LAMP_LOG");
@@ -39,10 +39,24 @@ void lamp_log_set_sink(lamp_log_sink s, void *userdata) {
 
 void lamp_log_set_rank(int rank) { this_rank = rank; }
 
-int lamp_log_get_rank(void) { return this_rank; }
+/*
+** Until a communicator says otherwise, a process started by a launcher takes its rank from
+** the launcher's environment, so rank 1 is quiet from its first line (plugin loading included).
+*/
+static int current_rank(void) {
+  if (this_rank >= 0) return this_rank;
+  static const char *const vars[] = {"OMPI_COMM_WORLD_RANK", "PMIX_RANK", "PMI_RANK", "RANK"};
+  for (size_t i = 0; i < sizeof vars / sizeof vars[0]; i++) {
+    const char *v = getenv(vars[i]);
+    if (v != NULL && v[0] != '\0') return atoi(v);
+  }
+  return 0;
+}
+
+int lamp_log_get_rank(void) { return current_rank(); }
 
 static int rank_may_log(lamp_log_level level) {
-  if (this_rank == 0 || level <= LAMP_LOG_WARN) return 1;
+  if (current_rank() == 0 || level <= LAMP_LOG_WARN) return 1;
   const char *all = getenv("LAMP_LOG_ALL_RANKS");
   return all != NULL && strcmp(all, "1") == 0;
 }
@@ -82,7 +96,7 @@ void lamp_log(lamp_log_level level, const char *who, const char *fmt, ...) {
 int lamp_log_is_terminal(void) { return sink == NULL && isatty(STDERR_FILENO); }
 
 void lamp_log_progress(const char *line, int final) {
-  if (this_rank != 0 || lamp_log_get_level() < LAMP_LOG_INFO) return;
+  if (current_rank() != 0 || lamp_log_get_level() < LAMP_LOG_INFO) return;
   if (!lamp_log_is_terminal()) {
     if (final) lamp_log(LAMP_LOG_INFO, NULL, "%s", line);
     return;

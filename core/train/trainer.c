@@ -86,9 +86,41 @@ static lamp_status build_model(lamp_trainer *t) {
   return lamp_model_build(t->model, &mc);
 }
 
+static uint32_t fnv1a(uint32_t h, const char *s) {
+  for (; *s; s++) h = (h ^ (unsigned char)*s) * 16777619u;
+  return h;
+}
+
+/*
+** Every rank must train the same model with the same plugins (DDP checks the same at
+** construction): a collective over a fingerprint of both finds out, and it is also the first
+** collective, so a rank that never got this far (a missing plugin, a crash) is reported here,
+** by name, instead of leaving the others waiting in a broadcast that may look complete.
+*/
+static lamp_status check_ranks_agree(lamp_trainer *t) {
+  uint32_t h = 2166136261u;
+  h = fnv1a(h, lamp_precision_handle(t->config.precision)->desc->name);
+  h = fnv1a(h, lamp_optim_handle(t->config.optim)->desc->name);
+  for (size_t i = 0; i < lamp_model_n_params(t->model); i++) h = fnv1a(h, lamp_model_param_at(t->model, i)->name);
+  /* Exact in f32: both values stay below 2^24. */
+  const float mine[2] = {(float)(lamp_model_numel(t->model) % 16777216u), (float)(h % 16777216u)};
+  /* One MAX over (v, -v) gives both the largest and the smallest value of every rank. */
+  float both[4] = {mine[0], mine[1], -mine[0], -mine[1]};
+  lamp_status st = lamp_comm_all_reduce(t->config.comm, both, 4, LAMP_F32, LAMP_REDUCE_MAX, LAMP_CPU);
+  if (st != LAMP_OK) return lamp_error_context(st, "Trainer: checking that every rank has the same model");
+  if (both[0] != -both[2] || both[1] != -both[3])
+    return lamp_error(LAMP_ERR_INVALID_USAGE, "Trainer: the ranks disagree on the model or its plugins (rank %d has %zu parameters in %zu tensors, precision %s, optim %s); every rank must build the same Trainer",
+                      lamp_comm_rank(t->config.comm), lamp_model_numel(t->model), lamp_model_n_params(t->model),
+                      lamp_precision_handle(t->config.precision)->desc->name,
+                      lamp_optim_handle(t->config.optim)->desc->name);
+  return LAMP_OK;
+}
+
 /* DDP starts from identical parameters: rank 0's initialisation wins. */
 static lamp_status broadcast_initial_parameters(lamp_trainer *t) {
   if (lamp_comm_size(t->config.comm) == 1) return LAMP_OK;
+  lamp_status agree = check_ranks_agree(t);
+  if (agree != LAMP_OK) return agree;
   lamp_status st = lamp_comm_broadcast(t->config.comm, lamp_model_trainable(t->model), lamp_model_numel(t->model),
                                        LAMP_F32, 0, t->config.device);
   if (st != LAMP_OK) return st;

@@ -1,0 +1,659 @@
+/*
+** mpi: the communicator of a run launched by mpirun (OpenMPI or any MPI-3 library), for
+** buffers in host memory.
+**
+** Never hangs forever. Every operation, blocking or not, is the non-blocking MPI call plus a
+** polling loop with a deadline (`timeout` seconds; precedence: the option, else the
+** environment variable LAMP_COMM_TIMEOUT, else 300 — an option equal to the default 300
+** cannot be told apart from no option, so LAMP_COMM_TIMEOUT wins then). The loop also stops
+** on host->abort_flag. When a collective fails, the ranks still alive exchange heartbeats
+** (point-to-point, on a communicator of their own, with a short deadline): each tells the
+** others which collective it is stuck in, so the error names the ranks that never reached
+** collective #N ("dead, hung or busy outside a collective") and those waiting in another
+** one (mismatched calls). A heartbeat also tells a rank still waiting that a peer gave up,
+** so every live rank fails within moments of the first, instead of each waiting out its own
+** timeout. After a failure the communicator is unusable: MPI cannot cancel a collective.
+**
+** OpenMPI's mpirun kills the whole job when one rank dies, before any rank can report
+** (exit status 137, "mpirun noticed that process rank 1 ... exited on signal 9"). For the
+** named report, launch with `mpirun --enable-recovery`: the survivors then live on, time out
+** here and say which rank is gone. In that mode mpirun exits 0 even when a rank exits
+** non-zero (OpenMPI 4.1.4), so a launcher must collect the ranks' exit statuses itself.
+**
+** Dtypes: all_reduce and reduce_scatter take f32 and i32 (SUM, MAX, MIN); f16 and bf16
+** reductions are refused (LAMP_ERR_UNSUPPORTED: reduce in fp32, as the trainer does), u8 too.
+** broadcast and all_gather move any dtype. Only cpu buffers: the MPI library is not assumed
+** CUDA-aware. Counts are limited to INT_MAX elements per call (MPI's int counts).
+**
+** MPI is initialised by the first create if nobody did it before, and finalised when the
+** last communicator this plugin created is destroyed (MPI cannot be initialised twice in one
+** process, so keep one communicator open for the run). After a failure it is not finalised:
+** that could wait for the dead rank; the process is expected to exit.
+*/
+#include <limits.h>
+#include <stdarg.h>
+#include <stdint.h>
+#include <sched.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include <mpi.h>
+
+#include "lamp/plugin.h"
+
+#define WHO "mpi"
+#define DEFAULT_TIMEOUT 300.0
+#define HEARTBEAT_TAG 7177
+#define REQUEST_MAGIC 0x6d706972u /* "mpir" */
+
+typedef struct mpi_comm {
+  const lamp_host *host;
+  lamp_ctx *ctx;
+  double timeout;  /* seconds */
+  MPI_Comm comm;   /* the collectives: a duplicate of MPI_COMM_WORLD */
+  MPI_Comm hb;     /* heartbeats after a failure: a second duplicate, never mixed with data */
+  int rank, size;
+  int64_t seq;     /* collectives started so far; #seq is the latest */
+  int broken;      /* a collective failed: nothing further is attempted */
+  char broken_why[512];
+} mpi_comm;
+
+struct lamp_request {
+  uint32_t magic;
+  MPI_Request req;
+  int64_t seq;
+  const char *op;
+};
+
+/* Communicators alive, and whether the first of them initialised MPI (then the last one to
+   go finalises it). Creates and destroys are rare; the plugin is never unloaded mid-run. */
+static int live_comms;
+static int we_initialised;
+
+static const lamp_param mpi_params[] = {
+    {"timeout", DEFAULT_TIMEOUT, 0.1, 604800.0,
+     "seconds a collective may wait before failing (default: $LAMP_COMM_TIMEOUT, else 300)"},
+};
+
+#define SPIN_SECONDS 0.05
+
+static double now_seconds(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
+}
+
+static void pause_briefly(long ns) {
+  struct timespec t = {0, ns};
+  nanosleep(&t, NULL);
+}
+
+/* "MPI_ERR_TRUNCATE: message truncated" for an MPI return code. */
+static const char *mpi_error_text(int code, char *buf, size_t size) {
+  char text[MPI_MAX_ERROR_STRING];
+  int len = 0;
+  if (MPI_Error_string(code, text, &len) != MPI_SUCCESS) snprintf(text, sizeof text, "?");
+  snprintf(buf, size, "MPI error %d: %s", code, text);
+  return buf;
+}
+
+static lamp_status mpi_failed(mpi_comm *m, const char *op, int code) {
+  char text[MPI_MAX_ERROR_STRING + 32];
+  return m->host->set_error(m->ctx, LAMP_ERR_REMOTE, "%s (collective #%lld): %s", op,
+                            (long long)m->seq, mpi_error_text(code, text, sizeof text));
+}
+
+/* {====================================================== probe, create, destroy */
+
+static int mpi_probe(const lamp_host *h, char *reason, size_t reason_size) {
+  static const char *const vars[] = {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_RANK"};
+  (void)h;
+  for (size_t i = 0; i < sizeof vars / sizeof vars[0]; i++) {
+    const char *v = getenv(vars[i]);
+    if (v != NULL && v[0] != '\0') {
+      snprintf(reason, reason_size, "launched under mpirun (%s=%s)", vars[i], v);
+      return 2;
+    }
+  }
+  snprintf(reason, reason_size, "not launched under mpirun (no OMPI_COMM_WORLD_SIZE, PMI_SIZE or PMIX_RANK)");
+  return 0;
+}
+
+/* option > LAMP_COMM_TIMEOUT > 300 (see the top of the file for the one ambiguity). */
+static lamp_status resolve_timeout(mpi_comm *m, double option) {
+  m->timeout = option;
+  const char *env = getenv("LAMP_COMM_TIMEOUT");
+  if (option != DEFAULT_TIMEOUT || env == NULL || env[0] == '\0') return LAMP_OK;
+  char *end = NULL;
+  double v = strtod(env, &end);
+  if (end == env || *end != '\0' || !(v >= mpi_params[0].min_value && v <= mpi_params[0].max_value))
+    return m->host->set_error(m->ctx, LAMP_ERR_INVALID_USAGE,
+                              "LAMP_COMM_TIMEOUT must be seconds in [%g, %g], got '%s'",
+                              mpi_params[0].min_value, mpi_params[0].max_value, env);
+  m->timeout = v;
+  return LAMP_OK;
+}
+
+static lamp_status init_mpi(mpi_comm *m) {
+  int initialised = 0, finalised = 0;
+  MPI_Initialized(&initialised);
+  MPI_Finalized(&finalised);
+  if (finalised)
+    return m->host->set_error(m->ctx, LAMP_ERR_INVALID_USAGE,
+                              "MPI was finalised already in this process and cannot start again "
+                              "(keep one mpi communicator open for the whole run)");
+  if (initialised) return LAMP_OK;
+  int provided = MPI_THREAD_SINGLE;
+  int rc = MPI_Init_thread(NULL, NULL, MPI_THREAD_SERIALIZED, &provided);
+  if (rc != MPI_SUCCESS) {
+    char text[MPI_MAX_ERROR_STRING + 32];
+    return m->host->set_error(m->ctx, LAMP_ERR_SYSTEM, "MPI_Init_thread failed: %s",
+                              mpi_error_text(rc, text, sizeof text));
+  }
+  we_initialised = 1;
+  if (provided < MPI_THREAD_SERIALIZED)
+    m->host->log(LAMP_LOG_WARN, WHO,
+                 "the MPI library gives thread level %d < MPI_THREAD_SERIALIZED: call the "
+                 "communicator from the thread that opened it",
+                 provided);
+  return LAMP_OK;
+}
+
+static lamp_status dup_world(mpi_comm *m, MPI_Comm *out) {
+  int rc = MPI_Comm_dup(MPI_COMM_WORLD, out);
+  if (rc == MPI_SUCCESS) rc = MPI_Comm_set_errhandler(*out, MPI_ERRORS_RETURN);
+  if (rc == MPI_SUCCESS) return LAMP_OK;
+  char text[MPI_MAX_ERROR_STRING + 32];
+  return m->host->set_error(m->ctx, LAMP_ERR_SYSTEM, "duplicating MPI_COMM_WORLD failed: %s",
+                            mpi_error_text(rc, text, sizeof text));
+}
+
+static void finalise_if_last(const lamp_host *h) {
+  if (--live_comms > 0 || !we_initialised) return;
+  int finalised = 0;
+  MPI_Finalized(&finalised);
+  if (!finalised) MPI_Finalize();
+  (void)h;
+}
+
+static lamp_status mpi_create(const lamp_host *h, lamp_ctx *ctx, const double *params,
+                              void **comm) {
+  mpi_comm *m = calloc(1, sizeof *m);
+  if (m == NULL) return h->set_error(ctx, LAMP_ERR_SYSTEM, "out of memory");
+  m->host = h;
+  m->ctx = ctx;
+  m->comm = m->hb = MPI_COMM_NULL;
+  lamp_status st = resolve_timeout(m, params[0]);
+  if (st == LAMP_OK) st = init_mpi(m);
+  if (st != LAMP_OK) {
+    free(m);
+    return st;
+  }
+  live_comms++;
+  /* Errors come back as codes, never abort: on our duplicates always, and on
+     MPI_COMM_WORLD too when this plugin owns MPI (then nobody else relies on its handler). */
+  if (we_initialised) MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
+  st = dup_world(m, &m->comm);
+  if (st == LAMP_OK) st = dup_world(m, &m->hb);
+  if (st == LAMP_OK) {
+    MPI_Comm_rank(m->comm, &m->rank);
+    MPI_Comm_size(m->comm, &m->size);
+  }
+  if (st != LAMP_OK) {
+    if (m->comm != MPI_COMM_NULL) MPI_Comm_free(&m->comm);
+    finalise_if_last(h);
+    free(m);
+    return st;
+  }
+  h->log(LAMP_LOG_INFO, WHO, "rank %d of %d, timeout %g s", m->rank, m->size, m->timeout);
+  *comm = m;
+  return LAMP_OK;
+}
+
+static void mpi_destroy(void *comm) {
+  mpi_comm *m = comm;
+  if (m == NULL) return;
+  if (m->broken) {
+    /* A collective is still pending and can never complete: freeing or finalising could
+       wait for the dead rank. Leave MPI as it is; the process is about to exit. */
+    m->host->log(LAMP_LOG_WARN, WHO, "not finalising MPI after a failed collective");
+    live_comms--;
+    free(m);
+    return;
+  }
+  MPI_Comm_free(&m->hb);
+  MPI_Comm_free(&m->comm);
+  finalise_if_last(m->host);
+  free(m);
+}
+
+static int mpi_rank(void *comm) { return ((mpi_comm *)comm)->rank; }
+
+static int mpi_size(void *comm) { return ((mpi_comm *)comm)->size; }
+
+/* }====================================================== */
+
+/* {====================================================== failure reports */
+
+/* What a heartbeat says: the sender is stuck in (or gave up on) collective #seq. */
+typedef struct heartbeat {
+  int64_t seq;
+  int64_t gave_up; /* 1: the sender's own deadline passed or it was aborted */
+} heartbeat;
+
+/* Appends to a fixed buffer, truncating quietly. */
+static void append(char *buf, size_t size, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+static void append(char *buf, size_t size, const char *fmt, ...) {
+  size_t used = strlen(buf);
+  if (used + 1 >= size) return;
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(buf + used, size - used, fmt, ap);
+  va_end(ap);
+}
+
+/* Receives one waiting heartbeat into `beats` (indexed by rank); 0 when none is waiting. */
+static int receive_heartbeat(mpi_comm *m, heartbeat *beats, unsigned char *heard) {
+  int flag = 0;
+  MPI_Status status;
+  if (MPI_Iprobe(MPI_ANY_SOURCE, HEARTBEAT_TAG, m->hb, &flag, &status) != MPI_SUCCESS || !flag)
+    return 0;
+  heartbeat b;
+  int src = status.MPI_SOURCE;
+  if (MPI_Recv(&b, (int)sizeof b, MPI_BYTE, src, HEARTBEAT_TAG, m->hb, MPI_STATUS_IGNORE) !=
+      MPI_SUCCESS)
+    return 0;
+  if (src >= 0 && src < m->size && beats != NULL) {
+    beats[src] = b;
+    heard[src] = 1;
+  }
+  return 1;
+}
+
+/*
+** Tells every peer that this rank gave up on collective #seq, then listens for their
+** heartbeats until all have answered or `grace` seconds pass. A peer waiting in a collective
+** answers at once (it notices the heartbeat in its polling loop); one that is dead, hung or
+** computing does not. Fills `report` with what was learnt.
+*/
+static void exchange_heartbeats(mpi_comm *m, heartbeat *beats, unsigned char *heard, double grace,
+                                char *report, size_t size) {
+  /* The payload must outlive sends that may never complete (to a dead rank): it is not
+     freed. This happens once per communicator, on the way to an error exit. */
+  heartbeat *mine = malloc(sizeof *mine);
+  if (mine != NULL) {
+    mine->seq = m->seq;
+    mine->gave_up = 1;
+    for (int r = 0; r < m->size; r++) {
+      MPI_Request req;
+      if (r != m->rank &&
+          MPI_Isend(mine, (int)sizeof *mine, MPI_BYTE, r, HEARTBEAT_TAG, m->hb, &req) == MPI_SUCCESS)
+        MPI_Request_free(&req);
+    }
+  }
+  double deadline = now_seconds() + grace;
+  for (;;) {
+    int missing = 0;
+    for (int r = 0; r < m->size; r++) missing += r != m->rank && !heard[r];
+    if (missing == 0 || now_seconds() > deadline) break;
+    if (!receive_heartbeat(m, beats, heard)) pause_briefly(1000000L);
+  }
+
+  char absent[256] = "", elsewhere[256] = "";
+  int n_absent = 0;
+  for (int r = 0; r < m->size; r++) {
+    if (r == m->rank) continue;
+    if (!heard[r]) {
+      append(absent, sizeof absent, "%s%d", n_absent++ ? ", " : "", r);
+    } else if (beats[r].seq != m->seq) {
+      append(elsewhere, sizeof elsewhere, "; rank %d is at collective #%lld", r,
+             (long long)beats[r].seq);
+    }
+  }
+  report[0] = '\0';
+  if (n_absent > 0)
+    append(report, size,
+           "; rank%s %s did not reach collective #%lld (no heartbeat within %.1f s: exited, "
+           "killed, or hung outside a collective)",
+           n_absent > 1 ? "s" : "", absent, (long long)m->seq, grace);
+  append(report, size, "%s", elsewhere);
+  if (n_absent == 0 && elsewhere[0] == '\0')
+    append(report, size, "; every rank answered from collective #%lld", (long long)m->seq);
+}
+
+/*
+** Marks the communicator broken and records the error. why: "timed out after 5.0 s
+** (timeout 5 s)" and the like; first_peer: the rank whose heartbeat ended the wait, or -1.
+*/
+static lamp_status fail_collective(mpi_comm *m, const char *op, const char *why,
+                                   heartbeat *beats, unsigned char *heard) {
+  double grace = m->timeout < 2.0 ? m->timeout : 2.0;
+  char report[768];
+  exchange_heartbeats(m, beats, heard, grace, report, sizeof report);
+  m->broken = 1;
+  snprintf(m->broken_why, sizeof m->broken_why, "%s (collective #%lld) %s%s", op,
+           (long long)m->seq, why, report);
+  return m->host->set_error(m->ctx, LAMP_ERR_REMOTE, "rank %d: %s", m->rank, m->broken_why);
+}
+
+/* }====================================================== */
+
+/* {====================================================== the polling loop */
+
+/*
+** Waits for `req` (collective #seq, `op`) until it completes, the deadline passes, the run
+** is aborted or a peer announces it gave up. Spins (yielding) for SPIN_SECONDS, then sleeps in
+** growing steps up to 1 ms so that long waits leave the cores to the ranks still computing.
+*/
+static lamp_status poll_request(mpi_comm *m, MPI_Request *req, const char *op) {
+  double start = now_seconds(), deadline = start + m->timeout;
+  long nap = 0;
+  heartbeat *beats = NULL;
+  unsigned char *heard = NULL;
+  for (unsigned long spins = 0;; spins++) {
+    int done = 0;
+    int rc = MPI_Test(req, &done, MPI_STATUS_IGNORE);
+    if (rc != MPI_SUCCESS) {
+      m->broken = 1;
+      snprintf(m->broken_why, sizeof m->broken_why, "%s failed earlier", op);
+      return mpi_failed(m, op, rc);
+    }
+    if (done) return LAMP_OK;
+
+    char why[160] = "";
+    double t = now_seconds();
+    int aborted = m->host->abort_flag != NULL && *m->host->abort_flag != 0;
+    int peer_gave_up = (spins & 63u) == 63u && m->size > 1;
+    if (peer_gave_up) {
+      int flag = 0;
+      peer_gave_up = MPI_Iprobe(MPI_ANY_SOURCE, HEARTBEAT_TAG, m->hb, &flag, MPI_STATUS_IGNORE) ==
+                         MPI_SUCCESS && flag;
+    }
+    if (t > deadline)
+      snprintf(why, sizeof why, "timed out after %.1f s (timeout %g s)", t - start, m->timeout);
+    else if (aborted)
+      snprintf(why, sizeof why, "interrupted after %.1f s: the run is stopping", t - start);
+    if (why[0] == '\0' && !peer_gave_up) {
+      /* OpenMPI moves a non-blocking collective forward only inside MPI_Test: for the first
+         SPIN_SECONDS keep testing (yielding the core between tests), so a gradient bucket is
+         not held up by a nap; after that, sleep in growing steps to leave idle cores alone. */
+      if (t - start < SPIN_SECONDS) {
+        sched_yield();
+      } else {
+        nap = nap == 0 ? 20000L : (nap < 1000000L ? nap * 2 : 1000000L);
+        pause_briefly(nap);
+      }
+      continue;
+    }
+
+    beats = calloc((size_t)m->size, sizeof *beats);
+    heard = calloc((size_t)m->size, 1);
+    if (beats == NULL || heard == NULL) {
+      free(beats);
+      free(heard);
+      m->broken = 1;
+      return m->host->set_error(m->ctx, LAMP_ERR_REMOTE, "%s (collective #%lld) %s", op,
+                                (long long)m->seq, why[0] ? why : "failed on a peer");
+    }
+    if (why[0] == '\0') {
+      /* A peer gave up: this collective can never complete. Say who, then report. */
+      while (receive_heartbeat(m, beats, heard)) {
+      }
+      int first = -1;
+      for (int r = 0; r < m->size && first < 0; r++)
+        if (heard[r]) first = r;
+      snprintf(why, sizeof why, "abandoned after %.1f s: rank %d gave up on collective #%lld",
+               t - start, first, first >= 0 ? (long long)beats[first].seq : -1LL);
+    }
+    lamp_status st = fail_collective(m, op, why, beats, heard);
+    free(beats);
+    free(heard);
+    return st;
+  }
+}
+
+/* }====================================================== */
+
+/* {====================================================== argument checks */
+
+static lamp_status check_usable(mpi_comm *m, const char *op) {
+  if (!m->broken) return LAMP_OK;
+  return m->host->set_error(m->ctx, LAMP_ERR_REMOTE,
+                            "%s: the communicator failed earlier and cannot be used: %s", op,
+                            m->broken_why);
+}
+
+static MPI_Datatype datatype_of(lamp_dtype dtype) {
+  switch (dtype) {
+  case LAMP_F32: return MPI_FLOAT;
+  case LAMP_I32: return MPI_INT32_T;
+  case LAMP_F16:
+  case LAMP_BF16: return MPI_UINT16_T; /* moved, never reduced */
+  case LAMP_U8: return MPI_UINT8_T;
+  default: return MPI_DATATYPE_NULL;
+  }
+}
+
+static const char *dtype_name(lamp_dtype dtype) {
+  switch (dtype) {
+  case LAMP_F32: return "f32";
+  case LAMP_F16: return "f16";
+  case LAMP_BF16: return "bf16";
+  case LAMP_I32: return "i32";
+  case LAMP_U8: return "u8";
+  default: return "?";
+  }
+}
+
+static lamp_status check_buffer(mpi_comm *m, const char *op, const void *buf, size_t count,
+                                lamp_dtype dtype, lamp_device device) {
+  lamp_status st = check_usable(m, op);
+  if (st != LAMP_OK) return st;
+  if ((unsigned)dtype >= LAMP_DTYPE_COUNT)
+    return m->host->set_error(m->ctx, LAMP_ERR_INVALID_ARG, "%s: unknown dtype %d", op, (int)dtype);
+  if ((unsigned)device >= LAMP_DEVICE_COUNT)
+    return m->host->set_error(m->ctx, LAMP_ERR_INVALID_ARG, "%s: unknown device %d", op,
+                              (int)device);
+  if (device != LAMP_CPU)
+    return m->host->set_error(m->ctx, LAMP_ERR_UNSUPPORTED,
+                              "%s: cpu buffers only (use the nccl communicator for cuda)", op);
+  if (buf == NULL && count > 0)
+    return m->host->set_error(m->ctx, LAMP_ERR_INVALID_ARG, "%s: NULL buffer for %zu elements", op,
+                              count);
+  if (count > (size_t)INT_MAX)
+    return m->host->set_error(m->ctx, LAMP_ERR_UNSUPPORTED,
+                              "%s: %zu elements exceed MPI's limit of %d per call", op, count,
+                              INT_MAX);
+  return LAMP_OK;
+}
+
+static lamp_status check_reduction(mpi_comm *m, const char *op, lamp_dtype dtype,
+                                   lamp_reduce_op reduce, MPI_Op *out) {
+  switch (reduce) {
+  case LAMP_REDUCE_SUM: *out = MPI_SUM; break;
+  case LAMP_REDUCE_MAX: *out = MPI_MAX; break;
+  case LAMP_REDUCE_MIN: *out = MPI_MIN; break;
+  default:
+    return m->host->set_error(m->ctx, LAMP_ERR_INVALID_ARG, "%s: unknown reduce op %d", op,
+                              (int)reduce);
+  }
+  if (dtype == LAMP_F32 || dtype == LAMP_I32) return LAMP_OK;
+  return m->host->set_error(m->ctx, LAMP_ERR_UNSUPPORTED,
+                            "%s: %s reductions are not supported (f32 and i32 only; reduce 16-bit "
+                            "values in an f32 buffer)",
+                            op, dtype_name(dtype));
+}
+
+/* A started operation's MPI return code: on success, wait for it. */
+static lamp_status run_started(mpi_comm *m, const char *op, int rc, MPI_Request *req) {
+  if (rc != MPI_SUCCESS) {
+    m->broken = 1;
+    snprintf(m->broken_why, sizeof m->broken_why, "%s could not start", op);
+    return mpi_failed(m, op, rc);
+  }
+  return poll_request(m, req, op);
+}
+
+/* }====================================================== */
+
+/* {====================================================== collectives */
+
+static lamp_status mpi_all_reduce_start(void *comm, void *buf, size_t count, lamp_dtype dtype,
+                                        lamp_reduce_op op, lamp_device device,
+                                        lamp_request **out) {
+  mpi_comm *m = comm;
+  MPI_Op mop;
+  lamp_status st = check_buffer(m, "all_reduce_start", buf, count, dtype, device);
+  if (st == LAMP_OK) st = check_reduction(m, "all_reduce_start", dtype, op, &mop);
+  if (st == LAMP_OK && out == NULL)
+    st = m->host->set_error(m->ctx, LAMP_ERR_INVALID_ARG, "all_reduce_start: NULL request");
+  if (st != LAMP_OK) return st;
+  lamp_request *r = calloc(1, sizeof *r);
+  if (r == NULL) return m->host->set_error(m->ctx, LAMP_ERR_SYSTEM, "out of memory");
+  r->magic = REQUEST_MAGIC;
+  r->seq = ++m->seq;
+  r->op = "all_reduce";
+  int rc = MPI_Iallreduce(MPI_IN_PLACE, buf, (int)count, datatype_of(dtype), mop, m->comm, &r->req);
+  if (rc != MPI_SUCCESS) {
+    free(r);
+    m->broken = 1;
+    snprintf(m->broken_why, sizeof m->broken_why, "all_reduce_start could not start");
+    return mpi_failed(m, "all_reduce_start", rc);
+  }
+  *out = r;
+  return LAMP_OK;
+}
+
+static lamp_status mpi_wait(void *comm, lamp_request *req) {
+  mpi_comm *m = comm;
+  if (req == NULL || req->magic != REQUEST_MAGIC)
+    return m->host->set_error(m->ctx, LAMP_ERR_INVALID_ARG,
+                              "wait: not a request of this communicator");
+  lamp_status st = check_usable(m, "wait");
+  if (st != LAMP_OK) return st; /* the request stays with MPI, which cannot cancel it */
+  int64_t latest = m->seq;
+  m->seq = req->seq; /* reports name the collective waited for */
+  st = poll_request(m, &req->req, req->op);
+  m->seq = latest;
+  if (st == LAMP_OK) {
+    req->magic = 0;
+    free(req);
+  }
+  return st;
+}
+
+static lamp_status mpi_all_reduce(void *comm, void *buf, size_t count, lamp_dtype dtype,
+                                  lamp_reduce_op op, lamp_device device) {
+  mpi_comm *m = comm;
+  MPI_Op mop;
+  MPI_Request req;
+  lamp_status st = check_buffer(m, "all_reduce", buf, count, dtype, device);
+  if (st == LAMP_OK) st = check_reduction(m, "all_reduce", dtype, op, &mop);
+  if (st != LAMP_OK) return st;
+  m->seq++;
+  return run_started(
+      m, "all_reduce",
+      MPI_Iallreduce(MPI_IN_PLACE, buf, (int)count, datatype_of(dtype), mop, m->comm, &req), &req);
+}
+
+static lamp_status mpi_broadcast(void *comm, void *buf, size_t count, lamp_dtype dtype, int root,
+                                 lamp_device device) {
+  mpi_comm *m = comm;
+  MPI_Request req;
+  lamp_status st = check_buffer(m, "broadcast", buf, count, dtype, device);
+  if (st != LAMP_OK) return st;
+  if (root < 0 || root >= m->size)
+    return m->host->set_error(m->ctx, LAMP_ERR_INVALID_ARG,
+                              "broadcast: root %d out of range for %d ranks", root, m->size);
+  m->seq++;
+  return run_started(m, "broadcast",
+                     MPI_Ibcast(buf, (int)count, datatype_of(dtype), root, m->comm, &req), &req);
+}
+
+static lamp_status mpi_barrier(void *comm) {
+  mpi_comm *m = comm;
+  MPI_Request req;
+  lamp_status st = check_usable(m, "barrier");
+  if (st != LAMP_OK) return st;
+  m->seq++;
+  return run_started(m, "barrier", MPI_Ibarrier(m->comm, &req), &req);
+}
+
+static lamp_status mpi_all_gather(void *comm, const void *sendbuf, void *recvbuf, size_t count,
+                                  lamp_dtype dtype, lamp_device device) {
+  mpi_comm *m = comm;
+  MPI_Request req;
+  lamp_status st = check_buffer(m, "all_gather", sendbuf, count, dtype, device);
+  if (st == LAMP_OK) st = check_buffer(m, "all_gather", recvbuf, count, dtype, device);
+  if (st != LAMP_OK) return st;
+  if (count > (size_t)INT_MAX / (size_t)m->size)
+    return m->host->set_error(m->ctx, LAMP_ERR_UNSUPPORTED,
+                              "all_gather: %zu elements times %d ranks exceed MPI's int counts",
+                              count, m->size);
+  MPI_Datatype t = datatype_of(dtype);
+  int size = 0;
+  MPI_Type_size(t, &size);
+  /* The caller's own block already in place is MPI_IN_PLACE. */
+  const void *send = (const char *)recvbuf + (size_t)m->rank * count * (size_t)size == sendbuf
+                         ? MPI_IN_PLACE
+                         : sendbuf;
+  m->seq++;
+  return run_started(
+      m, "all_gather",
+      MPI_Iallgather(send, (int)count, t, recvbuf, (int)count, t, m->comm, &req), &req);
+}
+
+static lamp_status mpi_reduce_scatter(void *comm, const void *sendbuf, void *recvbuf, size_t count,
+                                      lamp_dtype dtype, lamp_reduce_op op, lamp_device device) {
+  mpi_comm *m = comm;
+  MPI_Op mop;
+  MPI_Request req;
+  lamp_status st = check_buffer(m, "reduce_scatter", sendbuf, count, dtype, device);
+  if (st == LAMP_OK) st = check_buffer(m, "reduce_scatter", recvbuf, count, dtype, device);
+  if (st == LAMP_OK) st = check_reduction(m, "reduce_scatter", dtype, op, &mop);
+  if (st != LAMP_OK) return st;
+  if (count > (size_t)INT_MAX / (size_t)m->size)
+    return m->host->set_error(m->ctx, LAMP_ERR_UNSUPPORTED,
+                              "reduce_scatter: %zu elements times %d ranks exceed MPI's int counts",
+                              count, m->size);
+  /* sendbuf == recvbuf: the whole input sits in recvbuf, the result lands at its start. */
+  const void *send = sendbuf == recvbuf ? MPI_IN_PLACE : sendbuf;
+  m->seq++;
+  return run_started(m, "reduce_scatter",
+                     MPI_Ireduce_scatter_block(send, recvbuf, (int)count, datatype_of(dtype), mop,
+                                               m->comm, &req),
+                     &req);
+}
+
+/* }====================================================== */
+
+static const lamp_comm_v1 mpi_table = {
+    .hdr = {LAMP_PLUGIN_HEADER(LAMP_KIND_COMM, lamp_comm_v1, "mpi", "1.0",
+                               "MPI between processes launched by mpirun; cpu buffers; every wait "
+                               "has a deadline and names the missing ranks"),
+            .devices = LAMP_BIT(LAMP_CPU),
+            .dtypes = LAMP_BIT(LAMP_F32) | LAMP_BIT(LAMP_I32) | LAMP_BIT(LAMP_F16) |
+                      LAMP_BIT(LAMP_BF16) | LAMP_BIT(LAMP_U8),
+            .params = mpi_params, .n_params = sizeof mpi_params / sizeof mpi_params[0],
+            .probe = mpi_probe},
+    .create = mpi_create,
+    .destroy = mpi_destroy,
+    .rank = mpi_rank,
+    .size = mpi_size,
+    .all_reduce = mpi_all_reduce,
+    .broadcast = mpi_broadcast,
+    .barrier = mpi_barrier,
+    .all_reduce_start = mpi_all_reduce_start,
+    .wait = mpi_wait,
+    .all_gather = mpi_all_gather,
+    .reduce_scatter = mpi_reduce_scatter,
+};
+
+LAMP_PLUGIN_EXPORT const lamp_plugin *lamp_plugin_entry_v1(const lamp_host *h) {
+  (void)h;
+  return &mpi_table.hdr;
+}
