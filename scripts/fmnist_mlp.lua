@@ -3,7 +3,7 @@
 --   build/lamp scripts/fmnist_mlp.lua [--epochs=1] [--batch=128] [--hidden=1024,1024] [--seed=0]
 --       [--precision=fp32|fp16|bf16] [--comm=auto] [--optim=sgd|adam|adamw] [--lr=] [--momentum=0.9]
 --       [--wd=] [--accum=1] [--clip=0] [--schedule=cosine|warmup_cosine|step|constant] [--warmup=0]
---       [--data=fashion-mnist] [--limit=N] [--bucket_mb=25]
+--       [--data=fashion-mnist] [--limit=N] [--bucket_mb=25] [--compress=none|bf16|fp16]
 --
 -- The default recipe is the reference one (PyTorch reaches 86.45-86.75 % after one epoch):
 -- 784-1024-1024-10, SGD lr 0.05 momentum 0.9, batch 128, learning rate falling to 0 along a
@@ -17,7 +17,7 @@ local nn = lamp.nn
 local args = lamp.parse_args(arg, {
   epochs = 1, batch = 128, lr = "auto", momentum = 0.9, wd = "auto", hidden = "1024,1024", seed = 0,
   precision = "fp32", comm = "auto", optim = "sgd", schedule = "cosine", warmup = 0, accum = 1, clip = 0,
-  data = "fashion-mnist", limit = 0, bucket_mb = 25,
+  data = "fashion-mnist", limit = 0, bucket_mb = 25, compress = "none",
 })
 
 local function optimizer(name)
@@ -76,7 +76,8 @@ if not schedules[args.schedule] then
 end
 local trainer = lamp.Trainer { model = model, loss = nn.CrossEntropy(), precision = precision, comm = comm,
                                optim = optim, schedule = schedules[args.schedule](), seed = args.seed,
-                               accum = args.accum, clip = args.clip, bucket_mb = args.bucket_mb }
+                               accum = args.accum, clip = args.clip, bucket_mb = args.bucket_mb,
+                               compress = args.compress }
 
 lamp.log0(tostring(model))
 lamp.log0(string.format("%d parameters, %d training samples, batch %d x accum %d, %d optimizer steps, %s %s %s",

@@ -9,7 +9,7 @@
 enum { UV_PRECISION = 1, UV_COMM, UV_OPTIM, UV_COUNT = UV_OPTIM };
 
 static const char *const trainer_fields[] = {"model", "loss",     "precision", "comm",         "optim", "accum",
-                                             "clip",  "schedule", "seed",      "param_groups", "bucket_mb", NULL};
+                                             "clip",  "schedule", "seed",      "param_groups", "bucket_mb", "compress", NULL};
 static const char *const group_fields[] = {"match", "lr_mult", "decay", NULL};
 
 static void *required_object(lua_State *L, const char *field, const char *tname, const char *hint) {
@@ -113,6 +113,21 @@ static void apply_param_groups(lua_State *L, lamp_trainer *t) {
 
 static int trainer_gc(lua_State *L);
 
+/* compress = "none" (default) | "bf16" | "fp16": the dtype gradients cross the wire in. */
+static lamp_dtype read_compress(lua_State *L) {
+  lamp_dtype d = LAMP_F32;
+  if (lua_getfield(L, 1, "compress") != LUA_TNIL) {
+    const char *name = lua_tostring(L, -1);
+    if (name != NULL && strcmp(name, "bf16") == 0) d = LAMP_BF16;
+    else if (name != NULL && strcmp(name, "fp16") == 0) d = LAMP_F16;
+    else if (name == NULL || strcmp(name, "none") != 0)
+      luaL_error(L, "Trainer: compress must be \"none\", \"bf16\" or \"fp16\", got %s",
+                 name ? name : luaL_typename(L, -1));
+  }
+  lua_pop(L, 1);
+  return d;
+}
+
 /* (config, trainer box): apply_param_groups under lua_pcall. */
 static int apply_param_groups_protected(lua_State *L) {
   lamp_trainer *t = lampL_checkobject(L, 2, LAMP_TRAINER_CLASS);
@@ -136,6 +151,7 @@ static int trainer_new(lua_State *L) {
   c.clip = lampL_optfield_number(L, 1, "Trainer", "clip", 0.0);
   c.seed = (uint64_t)lampL_optfield_integer(L, 1, "Trainer", "seed", 0);
   c.bucket_mb = lampL_optfield_number(L, 1, "Trainer", "bucket_mb", 25.0);
+  c.compress = read_compress(L);
   c.schedule = read_schedule(L);
   lamp_trainer *t;
   lampL_check(L, lamp_trainer_new(&t, &c));

@@ -3,14 +3,35 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "backend/backend.h"
 #include "base/error.h"
+#include "tensor/dtype.h"
+#include "tensor/memory.h"
+
+/* The compressed path's buffers, sized for the largest bucket. */
+static lamp_status alloc_wire(lamp_grad_buckets *b) {
+  size_t largest = 0;
+  for (size_t i = 0; i < b->n; i++)
+    if (b->buckets[i].count > largest) largest = b->buckets[i].count;
+  b->wire = lamp_mem_alloc(b->device, LAMP_MEM_WORKSPACE, largest * (size_t)(b->world + 1) * sizeof *b->wire);
+  b->widened = lamp_mem_alloc(b->device, LAMP_MEM_WORKSPACE, largest * sizeof *b->widened);
+  return b->wire != NULL && b->widened != NULL ? LAMP_OK : LAMP_ERR_SYSTEM;
+}
 
 lamp_status lamp_grad_buckets_init(lamp_grad_buckets *b, const lamp_model *model, lamp_comm *comm,
-                                   lamp_device device, size_t bucket_bytes) {
+                                   lamp_device device, size_t bucket_bytes, lamp_dtype compress) {
   memset(b, 0, sizeof *b);
   b->comm = comm;
   b->device = device;
-  b->nonblocking = lamp_comm_supports(comm, "all_reduce_start");
+  b->compress = compress;
+  b->world = lamp_comm_size(comm);
+  if (compress != LAMP_F32 && compress != LAMP_F16 && compress != LAMP_BF16)
+    return lamp_error(LAMP_ERR_INVALID_ARG, "Trainer: compress must be f16 or bf16 (or none), got %s",
+                      lamp_dtype_name(compress));
+  if (compress != LAMP_F32 && b->world > 1 && !lamp_comm_supports(comm, "all_gather"))
+    return lamp_error(LAMP_ERR_UNSUPPORTED, "Trainer: compress = %s needs a communicator with all_gather; %s has none",
+                      lamp_dtype_name(compress), lamp_comm_handle(comm)->desc->name);
+  b->nonblocking = compress == LAMP_F32 && lamp_comm_supports(comm, "all_reduce_start");
   size_t params = lamp_model_n_params(model);
   b->buckets = calloc(params ? params : 1, sizeof *b->buckets);
   if (b->buckets == NULL) return lamp_error(LAMP_ERR_SYSTEM, "Trainer: out of memory for gradient buckets");
@@ -23,10 +44,14 @@ lamp_status lamp_grad_buckets_init(lamp_grad_buckets *b, const lamp_model *model
       end = p->offset;
     }
   }
-  return LAMP_OK;
+  return compress != LAMP_F32 && b->world > 1 ? alloc_wire(b) : LAMP_OK;
 }
 
 void lamp_grad_buckets_free(lamp_grad_buckets *b) {
+  lamp_mem_free(b->wire);
+  lamp_mem_free(b->widened);
+  b->wire = NULL;
+  b->widened = NULL;
   free(b->buckets);
   b->buckets = NULL;
   b->n = 0;
@@ -47,10 +72,33 @@ static void note_failure(lamp_grad_buckets *b, lamp_status st) {
   b->message[sizeof b->message - 1] = '\0';
 }
 
+/*
+** The compressed reduction of one bucket: out goes data / world rounded to 16 bits (dividing
+** first keeps fp16 from overflowing where the sum would not), back come everyone's, summed in
+** fp32 in rank order, times world again, because the optimizer divides by the rank count.
+*/
+static lamp_status reduce_compressed(lamp_grad_buckets *b, float *data, size_t count) {
+  uint16_t *mine = b->wire, *all = b->wire + count;
+  lamp_status st = lamp_scale(b->device, data, count, 1.0f / (float)b->world);
+  if (st == LAMP_OK) st = lamp_convert(b->device, mine, b->compress, data, LAMP_F32, count);
+  if (st == LAMP_OK) st = lamp_comm_all_gather(b->comm, mine, all, count, b->compress, b->device);
+  if (st == LAMP_OK) st = lamp_fill(b->device, data, LAMP_F32, count, 0.0f);
+  for (int r = 0; st == LAMP_OK && r < b->world; r++) {
+    st = lamp_convert(b->device, b->widened, LAMP_F32, all + (size_t)r * count, b->compress, count);
+    if (st == LAMP_OK) st = lamp_axpy(b->device, data, b->widened, count, 1.0f);
+  }
+  if (st == LAMP_OK) st = lamp_scale(b->device, data, count, (float)b->world);
+  return st;
+}
+
 static void start_bucket(lamp_grad_buckets *b, lamp_grad_bucket *k) {
   float *data = b->grads + k->offset;
   k->request = NULL;
   if (b->status != LAMP_OK) return; /* after a failure, nothing new is started */
+  if (b->compress != LAMP_F32) {
+    note_failure(b, reduce_compressed(b, data, k->count));
+    return;
+  }
   if (b->nonblocking)
     note_failure(b, lamp_comm_all_reduce_start(b->comm, data, k->count, LAMP_F32, LAMP_REDUCE_SUM, b->device,
                                                &k->request));

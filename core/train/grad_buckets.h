@@ -30,10 +30,17 @@ typedef struct lamp_grad_buckets {
   lamp_status status;        /* the first failure of this step */
   char message[512];         /* and its message, restored into lamp_last_error by finish */
   size_t started_early;      /* buckets started while layers were still running backward */
+  /* Wire compression (DDP's fp16/bf16 compress hooks): LAMP_F32 for none. Each rank's bucket,
+     divided by the rank count, goes out rounded to this dtype through an all-gather, and every
+     rank sums the contributions in fp32 in rank order, so all of them get the same bits. */
+  lamp_dtype compress;
+  int world;
+  uint16_t *wire;            /* this rank's rounded bucket, then everyone's: world x largest bucket */
+  float *widened;            /* one contribution widened back to fp32 */
 } lamp_grad_buckets;
 
 lamp_status lamp_grad_buckets_init(lamp_grad_buckets *b, const lamp_model *model, lamp_comm *comm,
-                                   lamp_device device, size_t bucket_bytes);
+                                   lamp_device device, size_t bucket_bytes, lamp_dtype compress);
 void lamp_grad_buckets_free(lamp_grad_buckets *b);
 
 /* Before a backward whose gradients are to be reduced. */

@@ -180,7 +180,7 @@ lamp_status lamp_trainer_new(lamp_trainer **out, const lamp_trainer_config *conf
   if ((st = build_model(t)) != LAMP_OK || (st = broadcast_initial_parameters(t)) != LAMP_OK ||
       (st = allocate_optimizer_state(t)) != LAMP_OK || (st = build_segments(t)) != LAMP_OK ||
       (st = lamp_grad_buckets_init(&t->buckets, t->model, config->comm, config->device,
-                                   (size_t)(bucket_mb * 1048576.0))) != LAMP_OK) {
+                                   (size_t)(bucket_mb * 1048576.0), config->compress)) != LAMP_OK) {
     lamp_trainer_free(t);
     return st;
   }

@@ -35,6 +35,7 @@ typedef struct lamp_trainer_config {
   lamp_schedule schedule;
   uint64_t seed;              /* parameter initialisation (rank 0's is broadcast) */
   double bucket_mb;           /* gradient bucket size for the all-reduce, MiB (0: 25, DDP's default) */
+  lamp_dtype compress;        /* gradients on the wire: LAMP_F32 (default, none), LAMP_BF16 or LAMP_F16 */
 } lamp_trainer_config;
 
 typedef struct lamp_trainer_stats {

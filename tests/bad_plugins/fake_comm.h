@@ -66,6 +66,18 @@ static lamp_status broadcast(void *comm, void *buf, size_t count, lamp_dtype dty
 
 static lamp_status barrier(void *comm) { return (void)comm, LAMP_OK; }
 
+/* Both "ranks" hold the same values: rank 0's block and rank 1's block are copies. */
+static lamp_status all_gather(void *comm, const void *sendbuf, void *recvbuf, size_t count, lamp_dtype dtype,
+                              lamp_device device) {
+  counting *c = comm;
+  size_t bytes = count * (dtype == LAMP_F16 || dtype == LAMP_BF16 ? 2u : 4u);
+  if (device != LAMP_CPU) return c->host->set_error(c->ctx, LAMP_ERR_UNSUPPORTED, "all_gather: cpu only");
+  c->host->log(LAMP_LOG_INFO, FAKE_COMM_NAME, "all_gather: %zu elements of %zu bytes", count, bytes / count);
+  for (int r = 0; r < 2; r++)
+    for (size_t i = 0; i < bytes; i++) ((unsigned char *)recvbuf)[(size_t)r * bytes + i] = ((const unsigned char *)sendbuf)[i];
+  return LAMP_OK;
+}
+
 #if FAKE_COMM_NONBLOCKING
 /* Non-blocking: start does the reduction at once and logs it; wait logs the completion. The
    request is the buffer itself (the trainer only hands it back to wait). */
@@ -96,6 +108,7 @@ static const lamp_comm_v1 table = {
     .all_reduce = all_reduce,
     .broadcast = broadcast,
     .barrier = barrier,
+    .all_gather = all_gather,
 #if FAKE_COMM_NONBLOCKING
     .all_reduce_start = all_reduce_start,
     .wait = wait_request,

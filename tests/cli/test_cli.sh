@@ -58,7 +58,7 @@ contains "an unknown plugin lists every candidate" "$out" "optim plugin 'nosuch'
   lamp-optim-nosuch.so (dlopen search path)"
 
 out=$("$lamp" scripts/fmnist_mlp.lua --epoch=2 2>&1); check "an unknown script argument exits 1" $(( $? == 1 ? 0 : 1 ))
-contains "an unknown script argument lists the valid ones" "$out" "unknown argument --epoch; valid arguments: --accum, --batch, --bucket_mb, --clip, --comm, --data, --epochs"
+contains "an unknown script argument lists the valid ones" "$out" "unknown argument --epoch; valid arguments: --accum, --batch, --bucket_mb, --clip, --comm, --compress, --data, --epochs"
 
 out=$("$lamp" scripts/fmnist_mlp.lua --limit=1000 --lr=5000 2>&1); check "a NaN loss exits 1" $(( $? == 1 ? 0 : 1 ))
 contains "a NaN loss is a clear error" "$out" "training cannot continue (lower the learning rate or enable clipping)"

@@ -58,7 +58,7 @@ local function with(changes)
   for k, v in pairs(changes) do t[k] = v end
   return t
 end
-expect_error(function() lamp.Trainer(with { epochs = 3 }) end, "Trainer: unknown field 'epochs'; valid fields: model, loss, precision, comm, optim, accum, clip, schedule, seed, param_groups, bucket_mb")
+expect_error(function() lamp.Trainer(with { epochs = 3 }) end, "Trainer: unknown field 'epochs'; valid fields: model, loss, precision, comm, optim, accum, clip, schedule, seed, param_groups, bucket_mb, compress")
 expect_error(function() lamp.Trainer(with { optim = false }) end, "Trainer: 'optim' must be a lamp.Optim, got boolean")
 expect_error(function()
   local t = with {}
@@ -66,6 +66,8 @@ expect_error(function()
   lamp.Trainer(t)
 end, "Trainer: 'precision' is required (e.g. lamp.precision('fp32'))")
 expect_error(function() lamp.Trainer(with { accum = 0 }) end, "Trainer: 'accum' must be >= 1, got 0")
+expect_error(function() lamp.Trainer(with { compress = "int8" }) end,
+  'Trainer: compress must be "none", "bf16" or "fp16", got int8')
 expect_error(function() lamp.Trainer(with { schedule = "linear" }) end, "Trainer: unknown schedule 'linear'; valid schedules: constant, cosine, step")
 expect_error(function() lamp.lr.cosine { total = 0 } end, "lr.cosine: 'total' (optimizer steps) must be positive, got 0")
 

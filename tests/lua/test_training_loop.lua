@@ -165,7 +165,7 @@ do
 end
 
 expect_error(function() trainer_with { epochs = 3 } end,
-  "Trainer: unknown field 'epochs'; valid fields: model, loss, precision, comm, optim, accum, clip, schedule, seed, param_groups, bucket_mb")
+  "Trainer: unknown field 'epochs'; valid fields: model, loss, precision, comm, optim, accum, clip, schedule, seed, param_groups, bucket_mb, compress")
 expect_error(function() trainer_with { param_groups = { { match = "bias$" }, { match = "^nothing" } } } end,
   "Trainer: param_groups[2]: pattern '^nothing' matches no parameter (names look like '0.weight')")
 expect_error(function() trainer_with { param_groups = { { match = "bias$", lr = 0 } } } end,
