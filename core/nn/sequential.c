@@ -114,6 +114,16 @@ static lamp_status seq_forward(lamp_layer *layer, const lamp_exec *exec, const l
   return LAMP_OK;
 }
 
+/* Where child i's input gradient goes: dx for the first child, else a buffer shaped like its input. */
+static lamp_status input_gradient(sequential *s, size_t i, lamp_tensor *dx, lamp_tensor **din) {
+  *din = dx;
+  if (i == 0) return LAMP_OK;
+  const lamp_tensor *a = s->acts[i - 1];
+  lamp_status st = lamp_tensor_ensure(&s->grads[i - 1], a->dtype, a->device, a->ndim, a->shape, LAMP_MEM_ACTIVATIONS);
+  if (st == LAMP_OK) *din = s->grads[i - 1];
+  return st;
+}
+
 /* Walks the children in reverse; dx == NULL reaches the first child, which then does nothing. */
 static lamp_status seq_backward_input(lamp_layer *layer, const lamp_exec *exec, const lamp_tensor *x,
                                       const lamp_tensor *y, const lamp_tensor *dy, lamp_tensor *dx) {
@@ -123,22 +133,16 @@ static lamp_status seq_backward_input(lamp_layer *layer, const lamp_exec *exec, 
   const lamp_tensor *dout = dy;
   for (size_t i = s->n; i-- > 0;) {
     lamp_layer *c = s->children[i];
-    lamp_tensor *din = dx;
-    if (i > 0) {
-      const lamp_tensor *a = s->acts[i - 1];
-      lamp_status st = lamp_tensor_ensure(&s->grads[i - 1], a->dtype, a->device, a->ndim, a->shape,
-                                          LAMP_MEM_ACTIVATIONS);
-      if (st != LAMP_OK) return st;
-      din = s->grads[i - 1];
-    }
-    lamp_status st = c->ops->backward_input(c, exec, input_of(s, i, x), output_of(s, i, y), dout, din);
+    lamp_tensor *din;
+    lamp_status st = input_gradient(s, i, dx, &din);
+    if (st != LAMP_OK) return st;
+    st = c->ops->backward_input(c, exec, input_of(s, i, x), output_of(s, i, y), dout, din);
     if (st != LAMP_OK) return st;
     dout = din;
   }
   return LAMP_OK;
 }
 
-/* Last child first: gradients become ready in the order a bucketed all-reduce wants them. */
 /*
 ** The combined walk, last child first: each child's parameter gradients are accumulated and
 ** announced as soon as its output gradient is known, then its input gradient is computed for
@@ -152,17 +156,11 @@ static lamp_status seq_backward(lamp_layer *layer, const lamp_exec *exec, const 
   const lamp_tensor *dout = dy;
   for (size_t i = s->n; i-- > 0;) {
     lamp_layer *c = s->children[i];
-    lamp_tensor *din = dx;
-    if (i > 0) {
-      const lamp_tensor *a = s->acts[i - 1];
-      lamp_status st = lamp_tensor_ensure(&s->grads[i - 1], a->dtype, a->device, a->ndim, a->shape,
-                                          LAMP_MEM_ACTIVATIONS);
-      if (st != LAMP_OK) return st;
-      din = s->grads[i - 1];
-    }
+    lamp_tensor *din;
+    lamp_status st = input_gradient(s, i, dx, &din);
+    if (st != LAMP_OK) return st;
     const lamp_tensor *in = input_of(s, i, x), *out = output_of(s, i, y);
     size_t child_first = first_param + s->first_param[i];
-    lamp_status st;
     if (c->ops->backward != NULL) {
       st = c->ops->backward(c, exec, in, out, dout, din, child_first);
     } else {
@@ -177,6 +175,7 @@ static lamp_status seq_backward(lamp_layer *layer, const lamp_exec *exec, const 
   return LAMP_OK;
 }
 
+/* Last child first: gradients become ready in the order a bucketed all-reduce wants them. */
 static lamp_status seq_accumulate_grads(lamp_layer *layer, const lamp_exec *exec, const lamp_tensor *x,
                                         const lamp_tensor *dy) {
   sequential *s = (sequential *)layer;
