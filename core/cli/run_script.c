@@ -4,6 +4,7 @@
 #include <lualib.h>
 #include <stdio.h>
 
+#include "backend/backend.h"
 #include "cli/commands.h"
 #include "lua/module.h"
 
@@ -58,5 +59,6 @@ int lamp_cmd_run_script(const char *script, int argc, char **argv) {
   }
   int status = run(L, script, argc, argv);
   lua_close(L); /* runs every finaliser: plugins close, memory returns to the ledger */
+  lamp_backend_release_workspace(); /* the main thread's GEMM workspace, which no thread exit frees */
   return status;
 }
