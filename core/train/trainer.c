@@ -247,11 +247,11 @@ static lamp_status forward_backward(lamp_trainer *t, const lamp_tensor *x, const
 static lamp_status check_gradients(lamp_trainer *t, int *found_inf) {
   float *grads = lamp_tensor_data(lamp_model_grads(t->model));
   size_t n = lamp_model_numel(t->model);
-  int world = t->stats.world;
   *found_inf = 0;
-  /* One rank and no scaler to inform: skip the pass. A NaN still surfaces, through the loss
-     check of the next step; with several ranks every one must stop at the same step. */
-  if (world == 1 && !(t->policy.flags & LAMP_POLICY_LOSS_SCALING)) return LAMP_OK;
+  /* No scaler to inform: skip the pass. A NaN still surfaces, through the loss check of the
+     next step, and at the same step on every rank: the all-reduce gave them all the same
+     gradients, hence the same parameters and the same NaN loss. */
+  if (!(t->policy.flags & LAMP_POLICY_LOSS_SCALING)) return LAMP_OK;
   return lamp_unscale_and_check(t->config.device, grads, n, 1.0f, found_inf);
 }
 

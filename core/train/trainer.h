@@ -3,7 +3,8 @@
 **
 **   forward -> loss (scaled by the precision policy's S, divided by the accumulation count)
 **   -> backward (gradients accumulate in the fp32 slab) -> [last micro-step only]
-**   all-reduce (sum, in buckets started as backward completes them) -> inf/NaN check (one read-only pass)
+**   all-reduce (sum, in buckets started as backward completes them) -> inf/NaN check (one read-only
+**   pass, under a loss scaler; without one a NaN shows in the next loss, on every rank alike)
 **   -> scaler update decides skip -> clip -> optimizer step on the fp32 slab, whose fused
 **   pass also unscales (grad_scale = clip / (S*N)) -> refresh 16-bit weights.
 **
