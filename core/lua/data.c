@@ -86,7 +86,9 @@ static int data_loader(lua_State *L) {
   cfg.world = 1;
   lua_getfield(L, 2, "comm");
   if (!lua_isnil(L, -1)) {
-    lamp_comm *comm = lampL_checkobject(L, -1, LAMP_COMM_CLASS);
+    lamp_comm *comm = lampL_testobject(L, -1, LAMP_COMM_CLASS);
+    if (comm == NULL)
+      return luaL_error(L, "data.loader: 'comm' must be an open lamp.Comm, got %s", luaL_typename(L, -1));
     cfg.rank = lamp_comm_rank(comm);
     cfg.world = lamp_comm_size(comm);
   }

@@ -39,6 +39,9 @@ do
   assert(l:parameters() == 6)
 end
 
+expect_error(function() lamp.data.loader(lamp.data.idx("fashion-mnist", "t10k"), { comm = 5 }) end,
+  "data.loader: 'comm' must be an open lamp.Comm, got number")
+
 -- Plugin options are validated against what the plugin declares.
 local sgd = lamp.optim("sgd", { lr = 0.5, momentum = 0.9 })
 assert(sgd:get("lr") == 0.5 and sgd:name() == "sgd")
