@@ -17,25 +17,16 @@
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 
-repeat=1
-epochs=1
-for a in "$@"; do
-  case "$a" in
-    --repeat=*) repeat=${a#--repeat=} ;;
-    --epochs=*) epochs=${a#--epochs=} ;;
-    *) echo "ddp.sh: unknown argument $a (expected --repeat=N or --epochs=E)" >&2; exit 2 ;;
-  esac
-done
+source scripts/bench/common.sh
+bench_args ddp.sh "$@"
+bench_torch ddp.sh
 
 build=${LAMP_BUILD_DIR:-build}
-ref=${LAMP_TORCH_REF:-../shared/reference/torch/train_ref.py}
-python=${PYTHON:-/usr/bin/python3}
-[[ -f "$ref" ]] || { echo "ddp.sh: PyTorch reference script not found: $ref (set LAMP_TORCH_REF)" >&2; exit 1; }
 [[ -x "$build/lamp" ]] || { echo "ddp.sh: $build/lamp not found (build first: scripts/build.sh)" >&2; exit 1; }
 [[ -f "$build/plugins/comm/mpi.so" ]] || { echo "ddp.sh: $build/plugins/comm/mpi.so not found (MPI missing at build time?)" >&2; exit 1; }
 command -v mpirun >/dev/null || { echo "ddp.sh: mpirun not found (apt-get install openmpi-bin)" >&2; exit 1; }
 
-lamp_core=$("$build/lamp" --version | sed -n 's/.*(core \(.*\))$/\1/p')
+lamp_core=$(bench_core "$build/lamp")
 export OPENBLAS_NUM_THREADS=1
 
 lamp_result() { sed -n 's/.*test accuracy \([0-9.]*\) %  *\([0-9]*\) samples\/s.*/\2 \1/p' | tail -1; }

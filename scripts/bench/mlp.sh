@@ -8,26 +8,16 @@
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 
-repeat=1
-epochs=1
-for a in "$@"; do
-  case "$a" in
-    --repeat=*) repeat=${a#--repeat=} ;;
-    --epochs=*) epochs=${a#--epochs=} ;;
-    *) echo "mlp.sh: unknown argument $a (expected --repeat=N or --epochs=E)" >&2; exit 2 ;;
-  esac
-done
-
-ref=${LAMP_TORCH_REF:-../shared/reference/torch/train_ref.py}
-python=${PYTHON:-/usr/bin/python3}
-[[ -f "$ref" ]] || { echo "mlp.sh: PyTorch reference script not found: $ref (set LAMP_TORCH_REF)" >&2; exit 1; }
+source scripts/bench/common.sh
+bench_args mlp.sh "$@"
+bench_torch mlp.sh
 scripts/install-deps.sh --bench
 [[ -x build/lamp ]] || scripts/build.sh
 
 # lamp picks OpenBLAS's fastest kernel itself (core/cli/blas_tuning.c); PyTorch links the same
 # OpenBLAS, so it runs both with the default kernel and with the one lamp chose: the ratio is
 # taken against PyTorch's best run of all, never against a handicapped one.
-lamp_core=$(build/lamp --version | sed -n 's/.*(core \(.*\))$/\1/p')
+lamp_core=$(bench_core build/lamp)
 
 lamp_run() {
   build/lamp scripts/fmnist_mlp.lua --epochs="$epochs" 2>/dev/null |

@@ -9,20 +9,13 @@
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 
-repeat=1
-for a in "$@"; do
-  case "$a" in
-    --repeat=*) repeat=${a#--repeat=} ;;
-    *) echo "precision.sh: unknown argument $a (expected --repeat=N)" >&2; exit 2 ;;
-  esac
-done
-ref=${LAMP_TORCH_REF:-../shared/reference/torch/train_ref.py}
-python=${PYTHON:-/usr/bin/python3}
-[[ -f "$ref" ]] || { echo "precision.sh: PyTorch reference script not found: $ref (set LAMP_TORCH_REF)" >&2; exit 1; }
+source scripts/bench/common.sh
+bench_args precision.sh "$@"
+bench_torch precision.sh
 scripts/install-deps.sh --bench
 [[ -x build/lamp ]] || scripts/build.sh
 # PyTorch links the same OpenBLAS: give it the kernel lamp picked, so neither is handicapped.
-core=$(build/lamp --version | sed -n 's/.*(core \(.*\))$/\1/p')
+core=$(bench_core build/lamp)
 
 lamp_sps() {
   build/lamp scripts/fmnist_mlp.lua --precision="$1" 2>/dev/null |

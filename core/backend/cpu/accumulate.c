@@ -47,5 +47,3 @@ lamp_status lamp_accumulate_rounded(lamp_device device, float *dst, const float 
   else add_block(dst, src, n);
   return LAMP_OK;
 }
-
-int lamp_backend_native_16bit_gemm(lamp_device device) { return device != LAMP_CPU; }

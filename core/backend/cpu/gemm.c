@@ -227,3 +227,7 @@ lamp_status lamp_gemm(lamp_device device, int trans_a, int trans_b, size_t m, si
 }
 
 void lamp_backend_release_workspace(void) { lamp_cpu_gemm_release_workspace(); }
+
+/* OpenBLAS has no 16-bit GEMM we can use (Debian's build lacks sbgemm): 16-bit operands are
+   widened to fp32 first, so callers that reuse an operand keep it widened themselves. */
+int lamp_backend_native_16bit_gemm(lamp_device device) { return device != LAMP_CPU; }

@@ -1,0 +1,30 @@
+# Shared by the benchmark scripts (sourced, not run): argument parsing, the PyTorch reference,
+# and the OpenBLAS kernel lamp runs on, which PyTorch is given too so neither is handicapped.
+#
+#   bench_args NAME "$@"   parses --repeat=N and --epochs=E into $repeat and $epochs
+#   bench_torch NAME       sets $ref and $python, or stops with a message naming what is missing
+#   bench_core LAMP        prints the OpenBLAS core that `LAMP --version` reports
+
+bench_args() {
+  local name=$1 a
+  shift
+  repeat=1
+  epochs=1
+  for a in "$@"; do
+    case "$a" in
+      --repeat=*) repeat=${a#--repeat=} ;;
+      --epochs=*) epochs=${a#--epochs=} ;;
+      *) echo "$name: unknown argument $a (expected --repeat=N or --epochs=E)" >&2; exit 2 ;;
+    esac
+  done
+}
+
+bench_torch() {
+  ref=${LAMP_TORCH_REF:-../shared/reference/torch/train_ref.py}
+  python=${PYTHON:-/usr/bin/python3}
+  [[ -f "$ref" ]] || { echo "$1: PyTorch reference script not found: $ref (set LAMP_TORCH_REF)" >&2; exit 1; }
+}
+
+bench_core() {
+  "$1" --version | sed -n 's/.*(core \(.*\))$/\1/p'
+}
