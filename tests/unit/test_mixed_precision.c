@@ -29,66 +29,9 @@
 #include "base/log.h"
 #include "test_support.h"
 #include "train/trainer.h"
+#include "trainer_rig.h"
 
 /* ---- a trainer with its plugins ------------------------------------------------------------- */
-
-typedef struct rig_spec {
-  const char *precision;
-  const lamp_option *prec_opts;
-  size_t n_prec_opts;
-  const lamp_option *optim_opts; /* sgd */
-  size_t n_optim_opts;
-  int accum;
-  lamp_schedule schedule;
-} rig_spec;
-
-typedef struct rig {
-  lamp_precision *prec;
-  lamp_comm *comm;
-  lamp_optim *optim;
-  lamp_loss *loss;
-  lamp_trainer *t;
-  lamp_model *model;
-} rig;
-
-/* Takes over the caller's reference to net. */
-static void rig_open(rig *r, const rig_spec *spec, lamp_layer *net) {
-  memset(r, 0, sizeof *r);
-  OK(lamp_precision_open(&r->prec, spec->precision, spec->prec_opts, spec->n_prec_opts));
-  OK(lamp_comm_open(&r->comm, "single", NULL, 0));
-  OK(lamp_optim_open(&r->optim, "sgd", spec->optim_opts, spec->n_optim_opts));
-  OK(lamp_cross_entropy_new(&r->loss));
-  lamp_trainer_config cfg = {.model = net, .loss = r->loss, .precision = r->prec, .comm = r->comm,
-                             .optim = r->optim, .device = LAMP_CPU, .accum = spec->accum ? spec->accum : 1,
-                             .clip = 0.0, .schedule = spec->schedule, .seed = 7};
-  OK(lamp_trainer_new(&r->t, &cfg));
-  lamp_layer_release(net); /* the trainer holds its own reference */
-  r->model = lamp_trainer_model(r->t);
-}
-
-static void rig_close(rig *r) {
-  lamp_trainer_free(r->t);
-  lamp_loss_release(r->loss);
-  lamp_optim_close(r->optim);
-  lamp_comm_close(r->comm);
-  lamp_precision_close(r->prec);
-  memset(r, 0, sizeof *r);
-}
-
-static lamp_trainer_stats stats_of(rig *r) {
-  lamp_trainer_stats s;
-  OK(lamp_trainer_stats_get(r->t, &s));
-  return s;
-}
-
-/* Writes parameter `index` of the model (row-major values) into the fp32 slab the optimizer
-   owns (masters, or the staging slab without them) and rounds it into the 16-bit weights. */
-static void set_param(lamp_model *m, size_t index, const float *values) {
-  const lamp_model_param *p = lamp_model_param_at(m, index);
-  assert_non_null(p);
-  memcpy(lamp_model_trainable(m) + p->offset, values, p->count * sizeof(float));
-  OK(lamp_model_sync_weights(m));
-}
 
 static float *grads_of(const lamp_model *m) { return fp(lamp_model_grads(m)); }
 
@@ -170,7 +113,7 @@ static void underflow_rig(rig *r, const lamp_option *prec_opts, size_t n_prec_op
   /* lr 1e6 (sgd's maximum): each step lowers a wrong logit by lr * p * (1 + sum_j xmean_j x_j),
      about 0.15 at the start, which makes the fall of a 3e-8 loss measurable in a few steps. */
   static const lamp_option sgd_opts[] = {{"lr", 1e6}};
-  rig_spec spec = {.precision = "fp16", .prec_opts = prec_opts, .n_prec_opts = n_prec_opts,
+  rig_spec spec = {.seed = 7, .precision = "fp16", .prec_opts = prec_opts, .n_prec_opts = n_prec_opts,
                    .optim_opts = sgd_opts, .n_optim_opts = 1, .accum = 1};
   rig_open(r, &spec, linear(U_IN, U_C));
   float w[U_C * U_IN] = {0}, b[U_C] = {U_MARGIN, 0.0f, 0.0f, 0.0f};
@@ -198,9 +141,9 @@ static void test_fp16_gradients_underflow_without_loss_scaling(void **state) {
     const float *g = grads_of(r.model);
     for (size_t i = 0; i < n; i++)
       if (g[i] != 0.0f) fail_msg("step %d: gradient %zu is %g, expected exactly 0 (fp16 underflow)", s + 1, i, g[i]);
-    if (s == 0) first_loss = stats_of(&r).last_loss;
+    if (s == 0) first_loss = rig_stats(&r).last_loss;
   }
-  lamp_trainer_stats st = stats_of(&r);
+  lamp_trainer_stats st = rig_stats(&r);
   /* Ten real steps were taken (nothing was skipped), with lr 1e6, and nothing moved. */
   assert_int_equal(st.steps, 10);
   assert_int_equal(st.skipped_steps, 0);
@@ -224,7 +167,7 @@ static void test_fp16_loss_scaler_recovers_tiny_gradients(void **state) {
   rig r;
   underflow_rig(&r, NULL, 0); /* the default dynamic scaler: S = 65536 */
   OK(lamp_trainer_step(r.t, d.x, d.y));
-  lamp_trainer_stats st = stats_of(&r);
+  lamp_trainer_stats st = rig_stats(&r);
   assert_int_equal(st.steps, 1);
   assert_int_equal(st.skipped_steps, 0);
   const double S = 65536.0;
@@ -254,11 +197,11 @@ static void test_fp16_loss_scaler_recovers_tiny_gradients(void **state) {
   /* And the loss falls: 10 more steps, then the loss the next forward reports. */
   double before = st.last_loss;
   for (int s = 0; s < 10; s++) OK(lamp_trainer_step(r.t, d.x, d.y));
-  double after = stats_of(&r).last_loss;
+  double after = rig_stats(&r).last_loss;
   print_message("with S = 65536: loss %.4g -> %.4g after 10 steps\n", before, after);
   assert_near(before, log1p((U_C - 1) * exp(-(double)U_MARGIN)), 1e-12);
   assert_true(after < 0.5 * before);
-  assert_int_equal(stats_of(&r).skipped_steps, 0);
+  assert_int_equal(rig_stats(&r).skipped_steps, 0);
   rig_close(&r);
   underflow_data_free(&d);
 }
@@ -280,7 +223,7 @@ static void test_fp16_loss_scaler_recovers_tiny_gradients(void **state) {
 static void master_rig(rig *r, int masters, lamp_tensor **x, lamp_tensor **y) {
   static const lamp_option sgd_opts[] = {{"lr", MW_LR}};
   lamp_option prec_opts[] = {{"master_weights", masters}};
-  rig_spec spec = {.precision = "fp16", .prec_opts = prec_opts, .n_prec_opts = 1, .optim_opts = sgd_opts,
+  rig_spec spec = {.seed = 7, .precision = "fp16", .prec_opts = prec_opts, .n_prec_opts = 1, .optim_opts = sgd_opts,
                    .n_optim_opts = 1, .accum = 1};
   rig_open(r, &spec, linear(1, 2));
   const float w[2] = {1.0f, 0.0f}, b[2] = {0.0f, 30.0f};
@@ -305,7 +248,7 @@ static void test_fp16_without_masters_loses_small_updates(void **state) {
     OK(lamp_trainer_step(r.t, x, y));
     assert_true(grads_of(r.model)[0] == -65536.0f); /* S * (-1): the gradient is what we built */
   }
-  assert_int_equal(stats_of(&r).steps, MW_STEPS);
+  assert_int_equal(rig_stats(&r).steps, MW_STEPS);
   const uint16_t *w16 = lamp_tensor_data(lamp_model_weights(r.model));
   assert_int_equal(w16[0], 0x3c00); /* still exactly 1.0 after 100 updates of +1e-4 */
   lamp_tensor_release(x);
@@ -323,7 +266,7 @@ static void test_fp16_master_weights_keep_small_updates(void **state) {
     OK(lamp_trainer_step(r.t, x, y));
     assert_true(grads_of(r.model)[0] == -65536.0f);
   }
-  assert_int_equal(stats_of(&r).steps, MW_STEPS);
+  assert_int_equal(rig_stats(&r).steps, MW_STEPS);
   float master = fp(lamp_model_master(r.model))[0];
   /*
   ** sgd computes p -= lr * g in fp32 with g = -1 exactly: 100 additions of (float)1e-4 to a
@@ -391,7 +334,7 @@ static void two_batches_free(two_batches *d) {
 
 static void inf_rig(rig *r) {
   static const lamp_option sgd_opts[] = {{"lr", 0.1}, {"momentum", 0.9}};
-  rig_spec spec = {.precision = "fp16", .optim_opts = sgd_opts, .n_optim_opts = 2, .accum = 2,
+  rig_spec spec = {.seed = 7, .precision = "fp16", .optim_opts = sgd_opts, .n_optim_opts = 2, .accum = 2,
                    .schedule = {.kind = LAMP_SCHEDULE_COSINE, .total = 4}};
   rig_open(r, &spec, seq(3, (lamp_layer *[]){linear(INF_IN, INF_H), relu(), linear(INF_H, INF_C)}));
 }
@@ -412,14 +355,14 @@ static void test_fp16_injected_inf_skips_the_step(void **state) {
   inf_rig(&b);
 
   group(&a, &d, -1);
-  lamp_trainer_stats st = stats_of(&a);
+  lamp_trainer_stats st = rig_stats(&a);
   assert_int_equal(st.steps, 1);
   assert_true(st.loss_scale == 65536.0);
   void *w1 = snapshot(lamp_model_weights(a.model)), *m1 = snapshot(lamp_model_master(a.model));
   double lr1 = st.lr;
 
   group(&a, &d, 5); /* +inf into the gradient of weight element 5 of the first layer */
-  st = stats_of(&a);
+  st = rig_stats(&a);
   assert_int_equal(st.steps, 1);         /* the schedule's counter did not advance */
   assert_int_equal(st.skipped_steps, 1);
   assert_int_equal(st.micro_steps, 4);
@@ -429,7 +372,7 @@ static void test_fp16_injected_inf_skips_the_step(void **state) {
   assert_true(same_bytes(lamp_model_master(a.model), m1));
 
   group(&a, &d, -1); /* the next group writes the slab afresh: the inf is gone, the step runs */
-  st = stats_of(&a);
+  st = rig_stats(&a);
   assert_int_equal(st.steps, 2);
   assert_int_equal(st.skipped_steps, 1);
   assert_true(st.loss_scale == 32768.0);
@@ -437,7 +380,7 @@ static void test_fp16_injected_inf_skips_the_step(void **state) {
 
   group(&b, &d, -1);
   group(&b, &d, -1);
-  lamp_trainer_stats sb = stats_of(&b);
+  lamp_trainer_stats sb = rig_stats(&b);
   assert_int_equal(sb.steps, 2);
   assert_int_equal(sb.skipped_steps, 0);
   assert_true(sb.lr == st.lr); /* lr of schedule step index 1 in both */
@@ -497,7 +440,7 @@ static void reference_logits(lamp_dtype dtype, const float *x, const double *W1,
 
 static void check_policy(const char *precision, lamp_dtype dtype) {
   static const lamp_option sgd_opts[] = {{"lr", 0.1}};
-  rig_spec spec = {.precision = precision, .optim_opts = sgd_opts, .n_optim_opts = 1, .accum = 1};
+  rig_spec spec = {.seed = 7, .precision = precision, .optim_opts = sgd_opts, .n_optim_opts = 1, .accum = 1};
   rig r;
   rig_open(&r, &spec, seq(3, (lamp_layer *[]){linear(P_IN, P_H), relu(), linear(P_H, P_C)}));
   int64_t xs[2] = {P_B, P_IN}, ys[1] = {P_B};
@@ -565,7 +508,7 @@ static void check_policy(const char *precision, lamp_dtype dtype) {
   ce /= P_B;
   ce16 /= P_B;
   OK(lamp_trainer_step(r.t, x, y));
-  double reported = stats_of(&r).last_loss;
+  double reported = rig_stats(&r).last_loss;
   assert_near(reported, ce, 1e-6 * ce);
   assert_true(fabs(ce16 - ce) > 10 * 1e-6 * ce);
   print_message("%s: %d of %d logits bit-equal to the reference, the rest within 1 ulp (%d beyond 1 ulp of the "
@@ -598,7 +541,7 @@ static void test_bf16_policy_rounds_where_stated(void **state) {
 */
 static size_t activation_peak(const char *precision) {
   static const lamp_option sgd_opts[] = {{"lr", 0.1}};
-  rig_spec spec = {.precision = precision, .optim_opts = sgd_opts, .n_optim_opts = 1, .accum = 1};
+  rig_spec spec = {.seed = 7, .precision = precision, .optim_opts = sgd_opts, .n_optim_opts = 1, .accum = 1};
   int64_t xs[2] = {32, 64}, ys[1] = {32};
   lamp_tensor *x = new_tensor(LAMP_F32, 2, xs), *y = new_tensor(LAMP_I32, 1, ys);
   lamp_rng rng;
@@ -637,7 +580,7 @@ static void test_16bit_activations_take_half_the_memory(void **state) {
 static void test_fp32_nan_loss_stops_with_the_step(void **state) {
   (void)state;
   static const lamp_option sgd_opts[] = {{"lr", 0.1}};
-  rig_spec spec = {.precision = "fp32", .optim_opts = sgd_opts, .n_optim_opts = 1, .accum = 1};
+  rig_spec spec = {.seed = 7, .precision = "fp32", .optim_opts = sgd_opts, .n_optim_opts = 1, .accum = 1};
   rig r;
   rig_open(&r, &spec, seq(3, (lamp_layer *[]){linear(6, 8), relu(), linear(8, 3)}));
   int64_t xs[2] = {4, 6}, ys[1] = {4};
@@ -654,26 +597,12 @@ static void test_fp32_nan_loss_stops_with_the_step(void **state) {
   assert_string_equal(lamp_last_error(),
                       "Trainer: loss is NaN at step 3; training cannot continue (lower the learning rate or enable "
                       "clipping)");
-  assert_int_equal(stats_of(&r).steps, 2);
+  assert_int_equal(rig_stats(&r).steps, 2);
   assert_true(same_bytes(lamp_model_weights(r.model), w)); /* nothing was applied */
   free(w);
   lamp_tensor_release(x);
   lamp_tensor_release(y);
   rig_close(&r);
-}
-
-static int quiet(void **state) {
-  (void)state;
-  lamp_log_set_level(LAMP_LOG_WARN);
-  return 0;
-}
-
-/* The GEMM's per-thread workspace (16-bit operands are widened into it) goes back before exit,
-   so that a leak checker sees nothing outstanding. */
-static int release_workspace(void **state) {
-  (void)state;
-  lamp_backend_release_workspace();
-  return 0;
 }
 
 int main(void) {
@@ -688,5 +617,5 @@ int main(void) {
       cmocka_unit_test(test_16bit_activations_take_half_the_memory),
       cmocka_unit_test(test_fp32_nan_loss_stops_with_the_step),
   };
-  return cmocka_run_group_tests(tests, quiet, release_workspace);
+  return cmocka_run_group_tests(tests, rig_group_setup, rig_group_teardown);
 }
