@@ -10,22 +10,26 @@
 #include "base/error.h"
 #include "data/idx.h"
 #include "tensor/dtype.h"
+#include "tensor/memory.h"
 
-/* The bytes of one images + labels pair, shared by a data set and every subset of it. */
+/* The bytes of a data set, shared by a data set and every subset of it. */
 typedef struct dataset_store {
   int refcount;
-  lamp_idx images; /* (N, rows, cols) */
-  lamp_idx labels; /* (N) */
+  uint8_t *pixels;  /* n samples of shape[0] x shape[1] x shape[2] bytes, lamp_mem_alloc'ed */
+  uint8_t *labels;  /* n bytes, lamp_mem_alloc'ed */
+  size_t n;
+  int shape[3];     /* channels, rows, cols */
   size_t classes;
-  char *name;      /* "fashion-mnist/train" */
+  char *name;       /* "fashion-mnist/train" */
 } dataset_store;
 
 struct lamp_dataset {
   int refcount;
   dataset_store *store;
   size_t start, count; /* the samples of store this object shows */
-  float mean, std;
-  float lut[256];      /* normalised value of each pixel byte: gather is one lookup per pixel */
+  float mean[LAMP_DATASET_MAX_CHANNELS], std[LAMP_DATASET_MAX_CHANNELS];
+  /* The normalised value of each pixel byte per channel: gather is one lookup per pixel. */
+  float lut[LAMP_DATASET_MAX_CHANNELS][256];
   char *name;
 };
 
@@ -125,55 +129,63 @@ static lamp_status read_file(const source *src, const char *split, const char *k
 }
 
 /* The pair must describe the same N samples: images (N, rows, cols), labels (N). */
-static lamp_status check_pair(const dataset_store *s, const char *image_path, const char *label_path) {
-  if (s->images.ndim != 3)
-    return lamp_error(LAMP_ERR_INVALID_USAGE, "%s: %s has %d dimensions, expected 3 (images, rows, columns)", s->name,
-                      image_path, s->images.ndim);
-  if (s->labels.ndim != 1)
-    return lamp_error(LAMP_ERR_INVALID_USAGE, "%s: %s has %d dimensions, expected 1 (one label per image)", s->name,
-                      label_path, s->labels.ndim);
-  if (s->images.dims[0] != s->labels.dims[0])
-    return lamp_error(LAMP_ERR_INVALID_USAGE, "%s: %s holds %u images but %s holds %u labels", s->name, image_path,
-                      (unsigned)s->images.dims[0], label_path, (unsigned)s->labels.dims[0]);
+static lamp_status check_pair(const char *name, const lamp_idx *images, const lamp_idx *labels, const char *image_path,
+                              const char *label_path) {
+  if (images->ndim != 3)
+    return lamp_error(LAMP_ERR_INVALID_USAGE, "%s: %s has %d dimensions, expected 3 (images, rows, columns)", name,
+                      image_path, images->ndim);
+  if (labels->ndim != 1)
+    return lamp_error(LAMP_ERR_INVALID_USAGE, "%s: %s has %d dimensions, expected 1 (one label per image)", name,
+                      label_path, labels->ndim);
+  if (images->dims[0] != labels->dims[0])
+    return lamp_error(LAMP_ERR_INVALID_USAGE, "%s: %s holds %u images but %s holds %u labels", name, image_path,
+                      (unsigned)images->dims[0], label_path, (unsigned)labels->dims[0]);
   return LAMP_OK;
 }
 
-static size_t count_classes(const lamp_idx *labels) {
+static size_t count_classes(const uint8_t *labels, size_t n) {
   uint8_t max = 0;
-  for (size_t i = 0; i < labels->nbytes; i++)
-    if (labels->data[i] > max) max = labels->data[i];
+  for (size_t i = 0; i < n; i++)
+    if (labels[i] > max) max = labels[i];
   return (size_t)max + 1;
 }
 
 static void store_release(dataset_store *s) {
   if (s == NULL || --s->refcount > 0) return;
-  lamp_idx_free(&s->images);
-  lamp_idx_free(&s->labels);
+  lamp_mem_free(s->pixels);
+  lamp_mem_free(s->labels);
   free(s->name);
   free(s);
 }
 
-static lamp_status load_store(dataset_store *s, const source *src, const char *split) {
+/* Reads and checks the images + labels pair into *images and *labels (zeroed on failure). */
+static lamp_status load_pair(const source *src, const char *name, const char *split, lamp_idx *images,
+                             lamp_idx *labels) {
   char *image_path = NULL, *label_path = NULL;
-  lamp_status st = read_file(src, split, "-images-idx3-ubyte", &s->images, &image_path);
-  if (st == LAMP_OK) st = read_file(src, split, "-labels-idx1-ubyte", &s->labels, &label_path);
-  if (st == LAMP_OK) st = check_pair(s, image_path, label_path);
-  if (st == LAMP_OK) s->classes = count_classes(&s->labels);
+  memset(labels, 0, sizeof *labels);
+  lamp_status st = read_file(src, split, "-images-idx3-ubyte", images, &image_path);
+  if (st == LAMP_OK) st = read_file(src, split, "-labels-idx1-ubyte", labels, &label_path);
+  if (st == LAMP_OK) st = check_pair(name, images, labels, image_path, label_path);
   free(image_path);
   free(label_path);
+  if (st != LAMP_OK) {
+    lamp_idx_free(images);
+    lamp_idx_free(labels);
+  }
   return st;
 }
 
 static void fill_lut(lamp_dataset *ds) {
-  for (int p = 0; p < 256; p++) ds->lut[p] = ((float)p / 255.0f - ds->mean) / ds->std;
+  for (int c = 0; c < ds->store->shape[0]; c++)
+    for (int p = 0; p < 256; p++) ds->lut[c][p] = ((float)p / 255.0f - ds->mean[c]) / ds->std[c];
 }
 
 /* A new data set object over [start, start + count) of store, which it retains. */
-static lamp_status dataset_new(lamp_dataset **out, dataset_store *store, size_t start, size_t count, float mean,
-                               float std) {
+static lamp_status dataset_new(lamp_dataset **out, dataset_store *store, size_t start, size_t count, const float *mean,
+                               const float *std) {
   lamp_dataset *ds = calloc(1, sizeof *ds);
   if (ds == NULL) return lamp_error(LAMP_ERR_SYSTEM, "dataset: out of memory");
-  if (start == 0 && count == store->images.dims[0]) {
+  if (start == 0 && count == store->n) {
     ds->name = concat(store->name, "", "", "");
   } else {
     char range[64];
@@ -189,11 +201,69 @@ static lamp_status dataset_new(lamp_dataset **out, dataset_store *store, size_t 
   store->refcount++;
   ds->start = start;
   ds->count = count;
-  ds->mean = mean;
-  ds->std = std;
+  for (int c = 0; c < store->shape[0]; c++) {
+    ds->mean[c] = mean != NULL ? mean[c] : 0.0f;
+    ds->std[c] = std != NULL ? std[c] : 1.0f;
+  }
   fill_lut(ds);
   *out = ds;
   return LAMP_OK;
+}
+
+static lamp_status check_bytes(const lamp_dataset_bytes *src) {
+  const char *name = src->name != NULL ? src->name : "dataset";
+  if (src->pixels == NULL || src->labels == NULL || src->n == 0)
+    return lamp_error(LAMP_ERR_INVALID_ARG, "%s: a data set needs pixels, labels and at least one sample", name);
+  if (src->channels < 1 || src->channels > LAMP_DATASET_MAX_CHANNELS || src->rows < 1 || src->cols < 1)
+    return lamp_error(LAMP_ERR_INVALID_ARG, "%s: sample shape [%d, %d, %d] is invalid (1 to %d channels, rows and "
+                      "columns >= 1)", name, src->channels, src->rows, src->cols, LAMP_DATASET_MAX_CHANNELS);
+  size_t numel = (size_t)src->channels * (size_t)src->rows * (size_t)src->cols;
+  if (src->n > SIZE_MAX / numel || lamp_mem_size(src->pixels) < src->n * numel || lamp_mem_size(src->labels) < src->n)
+    return lamp_error(LAMP_ERR_INVALID_ARG, "%s: the pixel or label block is smaller than %zu samples of %zu bytes",
+                      name, src->n, numel);
+  if ((src->mean == NULL) != (src->std == NULL))
+    return lamp_error(LAMP_ERR_INVALID_ARG, "%s: default normalisation needs both mean and std, or neither", name);
+  for (int c = 0; src->std != NULL && c < src->channels; c++)
+    if (!isfinite(src->std[c]) || !(src->std[c] > 0.0f) || !isfinite(src->mean[c]))
+      return lamp_error(LAMP_ERR_INVALID_ARG, "%s: default normalisation of channel %d is invalid", name, c);
+  return LAMP_OK;
+}
+
+/* A store over the bytes src hands over; the caller has checked them. */
+static lamp_status store_new(dataset_store **out, lamp_dataset_bytes *src) {
+  dataset_store *s = calloc(1, sizeof *s);
+  char *name = concat(src->name != NULL ? src->name : "dataset", "", "", "");
+  if (s == NULL || name == NULL) {
+    free(s);
+    free(name);
+    return lamp_error(LAMP_ERR_SYSTEM, "dataset: out of memory");
+  }
+  s->refcount = 1;
+  s->pixels = src->pixels;
+  s->labels = src->labels;
+  src->pixels = src->labels = NULL;
+  s->n = src->n;
+  s->shape[0] = src->channels;
+  s->shape[1] = src->rows;
+  s->shape[2] = src->cols;
+  s->classes = src->classes != 0 ? src->classes : count_classes(s->labels, s->n);
+  s->name = name;
+  *out = s;
+  return LAMP_OK;
+}
+
+lamp_status lamp_dataset_adopt(lamp_dataset **out, lamp_dataset_bytes *src) {
+  if (out != NULL) *out = NULL;
+  if (src == NULL) return lamp_error(LAMP_ERR_INVALID_ARG, "dataset: adopt of NULL");
+  lamp_status st = out == NULL ? lamp_error(LAMP_ERR_INVALID_ARG, "dataset: output is NULL") : check_bytes(src);
+  dataset_store *s = NULL;
+  if (st == LAMP_OK) st = store_new(&s, src);
+  if (st == LAMP_OK) st = dataset_new(out, s, 0, s->n, src->mean, src->std);
+  if (s != NULL) store_release(s); /* the data set holds its own reference now */
+  lamp_mem_free(src->pixels);       /* still here only when the store was never made */
+  lamp_mem_free(src->labels);
+  src->pixels = src->labels = NULL;
+  return st;
 }
 
 lamp_status lamp_dataset_idx(lamp_dataset **out, const char *name_or_dir, const char *split) {
@@ -204,13 +274,17 @@ lamp_status lamp_dataset_idx(lamp_dataset **out, const char *name_or_dir, const 
   resolve_source(name_or_dir, &src);
   lamp_status st = check_split(src.label, split);
   if (st != LAMP_OK) return st;
-  dataset_store *s = calloc(1, sizeof *s);
-  if (s == NULL) return lamp_error(LAMP_ERR_SYSTEM, "dataset: out of memory");
-  s->refcount = 1;
-  s->name = src.named ? concat(src.label, "/", split, "") : join_path(src.dir, split, "");
-  st = s->name == NULL ? LAMP_ERR_SYSTEM : load_store(s, &src, split);
-  if (st == LAMP_OK) st = dataset_new(out, s, 0, s->images.dims[0], src.mean, src.std);
-  store_release(s); /* the data set holds its own reference now */
+  char *name = src.named ? concat(src.label, "/", split, "") : join_path(src.dir, split, "");
+  if (name == NULL) return LAMP_ERR_SYSTEM;
+  lamp_idx images, labels;
+  st = load_pair(&src, name, split, &images, &labels);
+  if (st == LAMP_OK) {
+    lamp_dataset_bytes bytes = {.name = name, .pixels = images.data, .labels = labels.data, .n = images.dims[0],
+                                .channels = 1, .rows = (int)images.dims[1], .cols = (int)images.dims[2],
+                                .mean = &src.mean, .std = &src.std};
+    st = lamp_dataset_adopt(out, &bytes);
+  }
+  free(name);
   return st;
 }
 
@@ -241,32 +315,70 @@ size_t lamp_dataset_size(const lamp_dataset *ds) { return ds->count; }
 size_t lamp_dataset_classes(const lamp_dataset *ds) { return ds->store->classes; }
 
 int lamp_dataset_sample_shape(const lamp_dataset *ds, int64_t *shape) {
-  shape[0] = 1;
-  shape[1] = ds->store->images.dims[1];
-  shape[2] = ds->store->images.dims[2];
+  for (int i = 0; i < 3; i++) shape[i] = ds->store->shape[i];
   return 3;
 }
 
 size_t lamp_dataset_sample_numel(const lamp_dataset *ds) {
-  return (size_t)ds->store->images.dims[1] * ds->store->images.dims[2];
+  return (size_t)ds->store->shape[0] * (size_t)ds->store->shape[1] * (size_t)ds->store->shape[2];
 }
 
 const char *lamp_dataset_name(const lamp_dataset *ds) { return ds->name; }
 
-lamp_status lamp_dataset_set_normalization(lamp_dataset *ds, float mean, float std) {
+int lamp_dataset_channels(const lamp_dataset *ds) { return ds->store->shape[0]; }
+
+/* Checks one channel's pair; `channel` < 0 for the scalar form, whose messages name no channel. */
+static lamp_status check_norm(const lamp_dataset *ds, int channel, float mean, float std) {
+  char which[48] = "";
+  if (channel >= 0) snprintf(which, sizeof which, " of channel %d", channel);
   if (!isfinite(std) || !(std > 0.0f))
-    return lamp_error(LAMP_ERR_INVALID_ARG, "%s: normalisation std must be finite and > 0, got %g", ds->name, (double)std);
+    return lamp_error(LAMP_ERR_INVALID_ARG, "%s: normalisation std%s must be finite and > 0, got %g", ds->name, which,
+                      (double)std);
   if (!isfinite(mean))
-    return lamp_error(LAMP_ERR_INVALID_ARG, "%s: normalisation mean must be finite, got %g", ds->name, (double)mean);
-  ds->mean = mean;
-  ds->std = std;
+    return lamp_error(LAMP_ERR_INVALID_ARG, "%s: normalisation mean%s must be finite, got %g", ds->name, which,
+                      (double)mean);
+  return LAMP_OK;
+}
+
+lamp_status lamp_dataset_set_normalization(lamp_dataset *ds, float mean, float std) {
+  lamp_status st = check_norm(ds, -1, mean, std);
+  if (st != LAMP_OK) return st;
+  for (int c = 0; c < ds->store->shape[0]; c++) {
+    ds->mean[c] = mean;
+    ds->std[c] = std;
+  }
+  fill_lut(ds);
+  return LAMP_OK;
+}
+
+lamp_status lamp_dataset_set_channel_normalization(lamp_dataset *ds, int channels, const float *mean, const float *std) {
+  if (ds == NULL || mean == NULL || std == NULL)
+    return lamp_error(LAMP_ERR_INVALID_ARG, "dataset: set_channel_normalization needs a data set, mean and std");
+  if (channels != ds->store->shape[0])
+    return lamp_error(LAMP_ERR_INVALID_ARG, "%s: normalisation gives %d channel%s, the data set has %d", ds->name,
+                      channels, channels == 1 ? "" : "s", ds->store->shape[0]);
+  for (int c = 0; c < channels; c++) {
+    lamp_status st = check_norm(ds, c, mean[c], std[c]);
+    if (st != LAMP_OK) return st;
+  }
+  for (int c = 0; c < channels; c++) {
+    ds->mean[c] = mean[c];
+    ds->std[c] = std[c];
+  }
   fill_lut(ds);
   return LAMP_OK;
 }
 
 void lamp_dataset_get_normalization(const lamp_dataset *ds, float *mean, float *std) {
-  if (mean != NULL) *mean = ds->mean;
-  if (std != NULL) *std = ds->std;
+  if (mean != NULL) *mean = ds->mean[0];
+  if (std != NULL) *std = ds->std[0];
+}
+
+void lamp_dataset_get_channel_normalization(const lamp_dataset *ds, float *mean, float *std) {
+  for (int c = 0; c < ds->store->shape[0]; c++) {
+    if (mean != NULL) mean[c] = ds->mean[c];
+    if (std != NULL) std[c] = ds->std[c];
+  }
 }
 
 static int tensor_fits(const lamp_tensor *t, lamp_dtype dtype, size_t n, size_t numel) {
@@ -295,21 +407,24 @@ static lamp_status check_gather(const lamp_dataset *ds, const size_t *idx, size_
   return LAMP_OK;
 }
 
-lamp_status lamp_dataset_gather(const lamp_dataset *ds, const size_t *idx, size_t n, lamp_tensor *x, lamp_tensor *y) {
+lamp_status lamp_dataset_gather_transformed(const lamp_dataset *ds, const size_t *idx, size_t n,
+                                            const lamp_image_transform *tf, lamp_tensor *x, lamp_tensor *y) {
   if (ds == NULL) return lamp_error(LAMP_ERR_INVALID_ARG, "dataset: gather from NULL");
   lamp_status st = check_gather(ds, idx, n, x, y);
   if (st != LAMP_OK) return st;
   size_t numel = lamp_dataset_sample_numel(ds);
+  const int *shape = ds->store->shape;
   float *xd = lamp_tensor_data(x);
   int32_t *yd = lamp_tensor_data(y);
-  const uint8_t *images = ds->store->images.data;
-  const uint8_t *labels = ds->store->labels.data;
   for (size_t i = 0; i < n; i++) {
     size_t sample = ds->start + idx[i];
-    const uint8_t *pixels = images + sample * numel;
-    float *dst = xd + i * numel;
-    for (size_t j = 0; j < numel; j++) dst[j] = ds->lut[pixels[j]];
-    yd[i] = labels[sample];
+    lamp_augment_apply(ds->store->pixels + sample * numel, shape[0], shape[1], shape[2],
+                       (const float(*)[256])ds->lut, tf != NULL ? &tf[i] : NULL, xd + i * numel);
+    yd[i] = ds->store->labels[sample];
   }
   return LAMP_OK;
+}
+
+lamp_status lamp_dataset_gather(const lamp_dataset *ds, const size_t *idx, size_t n, lamp_tensor *x, lamp_tensor *y) {
+  return lamp_dataset_gather_transformed(ds, idx, n, NULL, x, y);
 }

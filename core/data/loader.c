@@ -1,5 +1,6 @@
 #include "data/loader.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 
 #include "base/error.h"
@@ -15,6 +16,9 @@ struct lamp_loader {
   size_t *order;   /* per_rank entries: this rank's samples for the epoch */
   size_t pos;      /* next position in order */
   int started;
+  uint64_t epoch;         /* the epoch last started */
+  size_t batches_done;    /* of that epoch */
+  lamp_image_transform *tf; /* batch entries: the current batch's transforms (only with augment) */
   int ndim;                       /* of a batch: 1 + the sample's */
   int64_t shape[LAMP_MAX_DIMS];   /* of a full batch */
   lamp_tensor *x, *y;
@@ -27,6 +31,11 @@ static lamp_status check_config(const lamp_dataset *ds, const lamp_loader_config
   if (cfg->world < 1) return lamp_error(LAMP_ERR_INVALID_ARG, "loader for %s: world must be >= 1, got %d", name, cfg->world);
   if (cfg->rank < 0 || cfg->rank >= cfg->world)
     return lamp_error(LAMP_ERR_INVALID_ARG, "loader for %s: rank %d is outside [0, %d)", name, cfg->rank, cfg->world);
+  if (cfg->augment.crop_pad != 0 || cfg->augment.flip) {
+    char what[512];
+    snprintf(what, sizeof what, "loader for %s", name);
+    return lamp_augment_check(&cfg->augment, what);
+  }
   return LAMP_OK;
 }
 
@@ -37,6 +46,10 @@ static lamp_status alloc_buffers(lamp_loader *l) {
   if (l->cfg.shuffle) {
     l->perm = lamp_mem_alloc(LAMP_CPU, LAMP_MEM_DATA, l->n * sizeof *l->perm);
     if (l->perm == NULL) return LAMP_ERR_SYSTEM;
+  }
+  if (lamp_augment_enabled(&l->cfg.augment)) {
+    l->tf = lamp_mem_alloc(LAMP_CPU, LAMP_MEM_DATA, l->cfg.batch * sizeof *l->tf);
+    if (l->tf == NULL) return LAMP_ERR_SYSTEM;
   }
   return LAMP_OK;
 }
@@ -70,6 +83,7 @@ void lamp_loader_free(lamp_loader *l) {
   lamp_tensor_release(l->y);
   lamp_mem_free(l->perm);
   lamp_mem_free(l->order);
+  lamp_mem_free(l->tf);
   lamp_dataset_release(l->ds);
   free(l);
 }
@@ -98,7 +112,17 @@ lamp_status lamp_loader_start_epoch(lamp_loader *l, uint64_t epoch) {
   }
   l->pos = 0;
   l->started = 1;
+  l->epoch = epoch;
+  l->batches_done = 0;
   return LAMP_OK;
+}
+
+/* The transforms of order[pos .. pos + b), each keyed by its global position in the epoch. */
+static void draw_transforms(lamp_loader *l, size_t b) {
+  for (size_t i = 0; i < b; i++) {
+    uint64_t global = (uint64_t)l->cfg.rank + (uint64_t)(l->pos + i) * (uint64_t)l->cfg.world;
+    lamp_augment_draw(&l->cfg.augment, l->cfg.seed, l->epoch, global, &l->tf[i]);
+  }
 }
 
 lamp_status lamp_loader_next(lamp_loader *l, lamp_tensor **x, lamp_tensor **y, int *has_batch) {
@@ -118,12 +142,37 @@ lamp_status lamp_loader_next(lamp_loader *l, lamp_tensor **x, lamp_tensor **y, i
   shape[0] = (int64_t)b;
   lamp_status st = lamp_tensor_ensure(&l->x, LAMP_F32, LAMP_CPU, l->ndim, shape, LAMP_MEM_DATA);
   if (st == LAMP_OK) st = lamp_tensor_ensure(&l->y, LAMP_I32, LAMP_CPU, 1, shape, LAMP_MEM_DATA);
-  if (st == LAMP_OK) st = lamp_dataset_gather(l->ds, l->order + l->pos, b, l->x, l->y);
+  if (st == LAMP_OK && l->tf != NULL) draw_transforms(l, b);
+  if (st == LAMP_OK) st = lamp_dataset_gather_transformed(l->ds, l->order + l->pos, b, l->tf, l->x, l->y);
   if (st != LAMP_OK) return st;
   l->pos += b;
+  l->batches_done++;
   *x = l->x;
   *y = l->y;
   *has_batch = 1;
+  return LAMP_OK;
+}
+
+lamp_status lamp_loader_position(const lamp_loader *l, uint64_t *epoch, size_t *next_batch) {
+  if (l == NULL || epoch == NULL || next_batch == NULL)
+    return lamp_error(LAMP_ERR_INVALID_ARG, "loader: position needs a loader and epoch, next_batch outputs");
+  *epoch = l->started ? l->epoch : 0;
+  *next_batch = l->started ? l->batches_done : 0;
+  return LAMP_OK;
+}
+
+lamp_status lamp_loader_seek(lamp_loader *l, uint64_t epoch, size_t next_batch) {
+  if (l == NULL) return lamp_error(LAMP_ERR_INVALID_ARG, "loader: seek on NULL");
+  size_t batches = lamp_loader_batches_per_epoch(l);
+  if (next_batch > batches)
+    return lamp_error(LAMP_ERR_INVALID_ARG, "loader for %s: cannot seek to batch %zu of epoch %llu: an epoch has %zu batches",
+                      lamp_dataset_name(l->ds), next_batch, (unsigned long long)epoch, batches);
+  lamp_status st = lamp_loader_start_epoch(l, epoch);
+  if (st != LAMP_OK) return st;
+  /* Every batch before next_batch is full (only the last may be short), so this is exact. */
+  size_t skip = next_batch * l->cfg.batch;
+  l->pos = skip < l->per_rank ? skip : l->per_rank;
+  l->batches_done = next_batch;
   return LAMP_OK;
 }
 

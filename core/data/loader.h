@@ -8,6 +8,14 @@
 ** ceil(n / world) * world positions, and rank r takes positions r, r + world, r + 2 world, ...
 ** Every rank therefore gets the same number of samples and the same number of batches, which
 ** the all-reduce in every step needs.
+**
+** Augmentation (cfg.augment, data/augment.h) transforms each sample as it is gathered, from a
+** random stream keyed by (seed, epoch, global position): position rank + k * world of the
+** padded order for this rank's k-th sample. Leave it zeroed for evaluation loaders.
+**
+** Resuming: lamp_loader_position says where an epoch stands; lamp_loader_seek in a fresh
+** loader with the same data set and config continues with exactly the batches, the samples and
+** the augmentation an uninterrupted run would have produced next.
 */
 #ifndef LAMP_DATA_LOADER_H
 #define LAMP_DATA_LOADER_H
@@ -24,6 +32,7 @@ typedef struct lamp_loader_config {
   int drop_last; /* drop the final partial batch */
   uint64_t seed;
   int rank, world; /* DistributedSampler: world 1 = everything; 0 <= rank < world */
+  lamp_augment augment; /* zeroed: none */
 } lamp_loader_config;
 
 typedef struct lamp_loader lamp_loader;
@@ -42,6 +51,20 @@ lamp_status lamp_loader_start_epoch(lamp_loader *l, uint64_t epoch);
 ** lamp_loader_start_epoch is an error.
 */
 lamp_status lamp_loader_next(lamp_loader *l, lamp_tensor **x, lamp_tensor **y, int *has_batch);
+
+/*
+** Where the loader stands: the epoch last started (0 before any) and how many of its batches
+** have been handed out (0 .. batches_per_epoch). Save both in a checkpoint.
+*/
+lamp_status lamp_loader_position(const lamp_loader *l, uint64_t *epoch, size_t *next_batch);
+
+/*
+** Starts epoch `epoch` and skips its first next_batch batches without gathering them, so the
+** next lamp_loader_next returns batch next_batch (0-based) exactly as an uninterrupted epoch
+** would, augmentation included. next_batch == batches_per_epoch is allowed (the epoch is over);
+** more is an error that changes nothing.
+*/
+lamp_status lamp_loader_seek(lamp_loader *l, uint64_t epoch, size_t next_batch);
 
 size_t lamp_loader_batches_per_epoch(const lamp_loader *l);
 /* ceil(n / world): the shard length of every rank, padding included. */
