@@ -3,8 +3,10 @@
 # (--bench adds python3-torch for the PyTorch comparisons). Safe to run repeatedly.
 set -euo pipefail
 
+# clang and libclang-rt-14-dev (libFuzzer and clang's sanitizer runtimes) build the fuzz harnesses
+# (scripts/fuzz.sh); GCC's ASan/UBSan runtimes (scripts/sanitize.sh) come with build-essential.
 packages=(build-essential cmake pkg-config liblua5.4-dev libcmocka-dev libopenblas-dev zlib1g-dev
-          dataset-fashion-mnist libopenmpi-dev openmpi-bin)
+          dataset-fashion-mnist libopenmpi-dev openmpi-bin clang libclang-rt-14-dev)
 if [[ "${1:-}" == "--bench" ]]; then packages+=(python3-torch python3-numpy); fi
 
 missing=()

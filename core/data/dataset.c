@@ -162,6 +162,7 @@ static void store_release(dataset_store *s) {
 static lamp_status load_pair(const source *src, const char *name, const char *split, lamp_idx *images,
                              lamp_idx *labels) {
   char *image_path = NULL, *label_path = NULL;
+  memset(images, 0, sizeof *images); /* a missing images file returns before lamp_idx_read zeroes it */
   memset(labels, 0, sizeof *labels);
   lamp_status st = read_file(src, split, "-images-idx3-ubyte", images, &image_path);
   if (st == LAMP_OK) st = read_file(src, split, "-labels-idx1-ubyte", labels, &label_path);

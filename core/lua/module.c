@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "base/log.h"
+#include "lua/checkpoint.h"
 #include "lua/lua_util.h"
 #include "lua/module.h"
 #include "tensor/ledger.h"
@@ -152,5 +153,6 @@ int luaopen_lamp(lua_State *L) {
   lampL_open_plugins(L);
   lampL_open_trainer(L);
   lampL_open_schedule(L);
+  lampL_open_checkpoint(L);
   return 1;
 }

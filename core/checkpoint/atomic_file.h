@@ -1,0 +1,28 @@
+/*
+** Replacing a file so that a crash at any moment leaves either the old file or the complete
+** new one: write "path.tmp", fsync it, rename it over path, fsync the folder (without that
+** last step the rename itself may be lost on power failure). Any failure removes the .tmp.
+*/
+#ifndef LAMP_CHECKPOINT_ATOMIC_FILE_H
+#define LAMP_CHECKPOINT_ATOMIC_FILE_H
+
+#include <stddef.h>
+
+#include "lamp/abi.h"
+
+typedef struct ckpt_atomic_file {
+  int fd;
+  char path[4096];
+  char tmp[4096 + 8];
+} ckpt_atomic_file;
+
+/* Creates (truncates) path.tmp. */
+lamp_status ckpt_atomic_open(ckpt_atomic_file *f, const char *path);
+/* Writes all n bytes, retrying short writes and EINTR. On failure the .tmp is removed. */
+lamp_status ckpt_atomic_write(ckpt_atomic_file *f, const void *data, size_t n);
+/* fsync, close, rename, fsync the folder. On failure the .tmp is removed. */
+lamp_status ckpt_atomic_commit(ckpt_atomic_file *f);
+/* Closes and removes the .tmp (after an error elsewhere); keeps the current error message. */
+void ckpt_atomic_abort(ckpt_atomic_file *f);
+
+#endif
