@@ -89,6 +89,85 @@ lamp_status lamp_axpy(lamp_device device, float *y, const float *x, size_t n, fl
 /* *out = sum of x[i]^2, accumulated in double (for global-norm clipping). */
 lamp_status lamp_sum_squares(lamp_device device, const float *x, size_t n, double *out);
 
+/* ---- convolution, pooling and per-channel kernels (NCHW, fp32 unless a dtype is given) ----- */
+
+/* The geometry of one sliding window over the planes of an image. */
+typedef struct lamp_conv_geom {
+  size_t channels, height, width;      /* input planes of one image (or of one group) */
+  size_t kernel_h, kernel_w, stride_h, stride_w, pad_h, pad_w, dilation_h, dilation_w;
+  size_t out_h, out_w;
+} lamp_conv_geom;
+
+/*
+** Columns of n_images images for a convolution as one GEMM operand:
+** col[(c * kernel_h + i) * kernel_w + j][s * out_hw + p] = x_s[c][y(p) + i*dil - pad][x(p) + j*dil - pad]
+** (0 outside the image), rows of ldcol elements, where image s starts at x + s * image_stride.
+*/
+lamp_status lamp_im2col(lamp_device device, float *col, size_t ldcol, const float *x, size_t image_stride,
+                        size_t n_images, const lamp_conv_geom *g);
+
+/* The adjoint: x_s[...] += every column entry that im2col would read from there. */
+lamp_status lamp_col2im(lamp_device device, float *x, size_t image_stride, const float *col, size_t ldcol,
+                        size_t n_images, const lamp_conv_geom *g);
+
+/* dst[c][s * plane + p] = src[s * image_stride + c * plane + p] for c < channels, widened to fp32:
+   a batch of NCHW images as one [channels, n_images * plane] matrix. */
+lamp_status lamp_gather_planes(lamp_device device, float *dst, const void *src, lamp_dtype src_dtype,
+                               size_t image_stride, size_t n_images, size_t channels, size_t plane);
+
+/* The inverse, plus bias[c] when bias is not NULL, rounded to dst_dtype. */
+lamp_status lamp_scatter_planes(lamp_device device, void *dst, lamp_dtype dst_dtype, size_t image_stride,
+                                const float *src, const float *bias, size_t n_images, size_t channels, size_t plane);
+
+/* Max pooling over planes (n_planes = N * C, geometry per plane; channels is ignored): y and
+   argmax [n_planes, out_h, out_w], argmax the index inside the plane (-1 where the window holds
+   only padding). NaN wins, as in PyTorch. Backward writes every element of dx. */
+lamp_status lamp_maxpool_forward(lamp_device device, float *y, int32_t *argmax, const float *x, size_t n_planes,
+                                 const lamp_conv_geom *g);
+lamp_status lamp_maxpool_backward(lamp_device device, float *dx, const float *dy, const int32_t *argmax,
+                                  size_t n_planes, const lamp_conv_geom *g);
+
+/* Average pooling, padding counted in the divisor (count_include_pad); backward writes all of dx. */
+lamp_status lamp_avgpool_forward(lamp_device device, float *y, const float *x, size_t n_planes,
+                                 const lamp_conv_geom *g);
+lamp_status lamp_avgpool_backward(lamp_device device, float *dx, const float *dy, size_t n_planes,
+                                  const lamp_conv_geom *g);
+
+/*
+** Per-channel sums over [n, c, hw]: sum_a[k] = sum of a over channel k; when b is not NULL,
+** sum_ab[k] = sum of (a - a_center[k]) (b - b_center[k]) (a NULL center counts as 0). Each
+** image row is summed in fp32, rows are added in double.
+*/
+lamp_status lamp_channel_reduce(lamp_device device, const float *a, const float *a_center, const float *b,
+                                const float *b_center, size_t n, size_t c, size_t hw, double *sum_a,
+                                double *sum_ab);
+
+/* y[i, k, :] = x[i, k, :] * scale[k] + shift[k], rounded to y_dtype. */
+lamp_status lamp_channel_affine(lamp_device device, void *y, lamp_dtype y_dtype, const float *x,
+                                const float *scale, const float *shift, size_t n, size_t c, size_t hw);
+
+/* out[i, k, :] = p[k] * a[i, k, :] + q[k] * b[i, k, :] + r[k] (BatchNorm's input gradient). */
+lamp_status lamp_channel_combine(lamp_device device, float *out, const float *a, const float *b, const float *p,
+                                 const float *q, const float *r, size_t n, size_t c, size_t hw);
+
+/* y += x elementwise, in fp32, rounded to y's dtype (a residual connection). */
+lamp_status lamp_add_into(lamp_device device, void *y, lamp_dtype y_dtype, const void *x, lamp_dtype x_dtype,
+                          size_t n);
+
+/*
+** fn(ctx, worker, task) for every task in [0, n_tasks), on up to lamp_backend_threads() threads
+** (worker < that count identifies the thread, for per-thread workspaces). Tasks are assigned
+** statically, so results never depend on timing; GEMMs called inside run single-threaded.
+** Returns the first failure, its message carried to the calling thread. Nested calls run serially.
+*/
+typedef lamp_status (*lamp_task_fn)(void *ctx, size_t worker, size_t task);
+lamp_status lamp_parallel_for(lamp_device device, size_t n_tasks, lamp_task_fn fn, void *ctx);
+size_t lamp_backend_threads(lamp_device device);
+
+/* y = mask ? x * scale : 0 elementwise (Dropout); y and x may alias. */
+lamp_status lamp_apply_mask(lamp_device device, void *y, lamp_dtype y_dtype, const void *x, lamp_dtype x_dtype,
+                            const uint8_t *mask, float scale, size_t n);
+
 /*
 ** 16-bit GEMM inputs are widened into a per-thread workspace that is kept between calls (and
 ** charged to the ledger as workspace); this returns it now rather than at thread exit.

@@ -1,4 +1,5 @@
 /* lamp.nn: layer and loss constructors. Layers are boxed, reference-counted lamp_layer. */
+#include <stdio.h>
 #include <stdlib.h>
 
 #include "lua/lua_util.h"
@@ -48,6 +49,133 @@ static int nn_sequential(lua_State *L) {
   return 1;
 }
 
+/* An optional options table at arg: nil or a table with only the `valid` fields. */
+static int opt_table(lua_State *L, int arg, const char *what, const char *const *valid) {
+  if (lua_isnoneornil(L, arg)) return 0;
+  if (!lua_istable(L, arg))
+    return luaL_error(L, "%s: argument %d (options) must be a table, got %s", what, arg, luaL_typename(L, arg));
+  lampL_check_fields(L, arg, what, valid);
+  return 1;
+}
+
+/* A non-negative (or positive) integer field of the options table, or def. */
+static lua_Integer opt_count(lua_State *L, int arg, int has, const char *what, const char *field, lua_Integer def,
+                             lua_Integer min) {
+  if (!has) return def;
+  lua_Integer v = lampL_optfield_integer(L, arg, what, field, def);
+  if (v < min) luaL_error(L, "%s: '%s' must be %s, got %d", what, field, min > 0 ? "positive" : "non-negative", (int)v);
+  return v;
+}
+
+/* nn.Conv2d(in, out, kernel, {stride=1, padding=0, dilation=1, groups=1, bias=true}) */
+static int nn_conv2d(lua_State *L) {
+  static const char *const valid[] = {"stride", "padding", "dilation", "groups", "bias", NULL};
+  const char *what = "nn.Conv2d";
+  lua_Integer in = check_positive(L, 1, "nn.Conv2d: in_channels");
+  lua_Integer out = check_positive(L, 2, "nn.Conv2d: out_channels");
+  lua_Integer k = check_positive(L, 3, "nn.Conv2d: kernel_size");
+  int has = opt_table(L, 4, what, valid);
+  lamp_conv2d_options o = {
+      .stride = opt_count(L, 4, has, what, "stride", 1, 1),
+      .padding = opt_count(L, 4, has, what, "padding", 0, 0),
+      .dilation = opt_count(L, 4, has, what, "dilation", 1, 1),
+      .groups = opt_count(L, 4, has, what, "groups", 1, 1),
+      .no_bias = has ? !lampL_optfield_boolean(L, 4, what, "bias", 1) : 0,
+  };
+  lamp_layer *layer;
+  lampL_check(L, lamp_conv2d_new(&layer, in, out, k, &o));
+  push_layer(L, layer);
+  return 1;
+}
+
+/* nn.BatchNorm2d(channels, {momentum=0.1, eps=1e-5, affine=true}) */
+static int nn_batchnorm2d(lua_State *L) {
+  static const char *const valid[] = {"momentum", "eps", "affine", NULL};
+  const char *what = "nn.BatchNorm2d";
+  lua_Integer c = check_positive(L, 1, "nn.BatchNorm2d: num_features");
+  int has = opt_table(L, 2, what, valid);
+  lamp_batchnorm_options o = {.momentum = 0.1, .eps = 1e-5};
+  if (has) {
+    o.momentum = lampL_optfield_number(L, 2, what, "momentum", 0.1);
+    o.eps = lampL_optfield_number(L, 2, what, "eps", 1e-5);
+    o.no_affine = !lampL_optfield_boolean(L, 2, what, "affine", 1);
+    if (!(o.momentum > 0 && o.momentum <= 1)) return luaL_error(L, "%s: 'momentum' must be in (0, 1], got %f", what, o.momentum);
+    if (!(o.eps > 0)) return luaL_error(L, "%s: 'eps' must be positive, got %f", what, o.eps);
+  }
+  lamp_layer *layer;
+  lampL_check(L, lamp_batchnorm2d_new(&layer, c, &o));
+  push_layer(L, layer);
+  return 1;
+}
+
+/* nn.MaxPool2d(kernel, {stride=kernel, padding=0}) and nn.AvgPool2d(...) */
+static int pool2d(lua_State *L, const char *what, lamp_status (*make)(lamp_layer **, int64_t, int64_t, int64_t)) {
+  static const char *const valid[] = {"stride", "padding", NULL};
+  char arg_name[64];
+  snprintf(arg_name, sizeof arg_name, "%s: kernel_size", what);
+  lua_Integer k = check_positive(L, 1, arg_name);
+  int has = opt_table(L, 2, what, valid);
+  lua_Integer stride = opt_count(L, 2, has, what, "stride", k, 1);
+  lua_Integer pad = opt_count(L, 2, has, what, "padding", 0, 0);
+  lamp_layer *layer;
+  lampL_check(L, make(&layer, k, stride, pad));
+  push_layer(L, layer);
+  return 1;
+}
+
+static int nn_maxpool2d(lua_State *L) { return pool2d(L, "nn.MaxPool2d", lamp_maxpool2d_new); }
+static int nn_avgpool2d(lua_State *L) { return pool2d(L, "nn.AvgPool2d", lamp_avgpool2d_new); }
+
+static int nn_global_avgpool(lua_State *L) {
+  lamp_layer *layer;
+  lampL_check(L, lamp_global_avgpool_new(&layer));
+  push_layer(L, layer);
+  return 1;
+}
+
+static int nn_flatten(lua_State *L) {
+  lamp_layer *layer;
+  lampL_check(L, lamp_flatten_new(&layer));
+  push_layer(L, layer);
+  return 1;
+}
+
+/* nn.Dropout(p = 0.5) */
+static int nn_dropout(lua_State *L) {
+  lua_Number p = 0.5;
+  if (!lua_isnoneornil(L, 1)) {
+    if (lua_type(L, 1) != LUA_TNUMBER)
+      return luaL_error(L, "nn.Dropout: p must be a number in [0, 1), got %s", luaL_typename(L, 1));
+    p = lua_tonumber(L, 1);
+    if (!(p >= 0 && p < 1)) return luaL_error(L, "nn.Dropout: p must be a number in [0, 1), got %f", p);
+  }
+  lamp_layer *layer;
+  lampL_check(L, lamp_dropout_new(&layer, p));
+  push_layer(L, layer);
+  return 1;
+}
+
+/* nn.Residual(block, {projection = layer}) */
+static int nn_residual(lua_State *L) {
+  static const char *const valid[] = {"projection", NULL};
+  lamp_layer *block = lampL_testobject(L, 1, LAMP_LAYER_CLASS);
+  if (block == NULL) return luaL_error(L, "nn.Residual: argument 1 (block) must be a layer, got %s", luaL_typename(L, 1));
+  lamp_layer *proj = NULL;
+  if (opt_table(L, 2, "nn.Residual", valid)) {
+    lua_getfield(L, 2, "projection");
+    if (!lua_isnil(L, -1)) {
+      proj = lampL_testobject(L, -1, LAMP_LAYER_CLASS);
+      if (proj == NULL)
+        return luaL_error(L, "nn.Residual: 'projection' must be a layer, got %s", luaL_typename(L, -1));
+    }
+    lua_pop(L, 1);
+  }
+  lamp_layer *layer;
+  lampL_check(L, lamp_residual_new(&layer, block, proj));
+  push_layer(L, layer);
+  return 1;
+}
+
 static int nn_cross_entropy(lua_State *L) {
   lamp_loss *loss;
   lampL_check(L, lamp_cross_entropy_new(&loss));
@@ -68,9 +196,11 @@ static int layer_tostring(lua_State *L) {
     lua_pushliteral(L, "lamp.Layer (closed)");
     return 1;
   }
+  /* the tree with each layer's parameter count and the total (lamp_layer_summary) */
   lamp_layer *layer = box->ptr;
-  char buf[8192];
-  layer->ops->describe(layer, buf, sizeof buf);
+  size_t size = 1 << 16;
+  char *buf = lua_newuserdatauv(L, size, 0); /* freed by the GC */
+  lamp_layer_summary(layer, buf, size);
   lua_pushstring(L, buf);
   return 1;
 }
@@ -78,17 +208,9 @@ static int layer_tostring(lua_State *L) {
 /* Number of parameter elements the layer will have once built. */
 static int layer_parameters(lua_State *L) {
   lamp_layer *layer = lampL_checkobject(L, 1, LAMP_LAYER_CLASS);
-  lua_Integer total = 0;
-  size_t n = layer->ops->param_count(layer);
-  for (size_t i = 0; i < n; i++) {
-    lamp_param_decl d;
-    char name[128];
-    lampL_check(L, layer->ops->param_decl(layer, i, &d, name, sizeof name));
-    lua_Integer count = 1;
-    for (int k = 0; k < d.ndim; k++) count *= d.shape[k];
-    total += count;
-  }
-  lua_pushinteger(L, total);
+  size_t total;
+  lampL_check(L, lamp_layer_param_numel(layer, &total));
+  lua_pushinteger(L, (lua_Integer)total);
   return 1;
 }
 
@@ -118,6 +240,14 @@ static const luaL_Reg loss_methods[] = {{"close", loss_gc}, {NULL, NULL}};
 static const luaL_Reg nn_functions[] = {{"Linear", nn_linear},
                                         {"ReLU", nn_relu},
                                         {"Sequential", nn_sequential},
+                                        {"Conv2d", nn_conv2d},
+                                        {"BatchNorm2d", nn_batchnorm2d},
+                                        {"MaxPool2d", nn_maxpool2d},
+                                        {"AvgPool2d", nn_avgpool2d},
+                                        {"GlobalAvgPool", nn_global_avgpool},
+                                        {"Flatten", nn_flatten},
+                                        {"Dropout", nn_dropout},
+                                        {"Residual", nn_residual},
                                         {"CrossEntropy", nn_cross_entropy},
                                         {NULL, NULL}};
 

@@ -33,7 +33,22 @@ typedef struct lamp_param_decl {
   int decay;        /* default weight-decay flag: 1 for weights, 0 for biases and norm params */
   lamp_init_kind init;
   double bound;     /* for LAMP_INIT_UNIFORM */
+  int keep_f32;     /* 1: the layer reads this parameter in fp32 under every policy (norm
+                       weights): the model binds it to fp32 storage (the masters, or the fp32
+                       copy the optimizer updates), never to a 16-bit slab */
 } lamp_param_decl;
+
+/*
+** A buffer: fp32 state that is not trained but belongs to the model (BatchNorm's running
+** statistics). The model packs every buffer into one fp32 slab, initialises it and binds
+** views, as it does for parameters; the trainer broadcasts and checkpoints the slab.
+*/
+typedef struct lamp_buffer_decl {
+  const char *name; /* "running_mean"; containers prefix child indices like parameters */
+  int ndim;
+  int64_t shape[LAMP_MAX_DIMS];
+  lamp_init_kind init; /* zeros or ones */
+} lamp_buffer_decl;
 
 /* What the precision policy decided, as the layers see it. */
 typedef struct lamp_exec {
@@ -53,6 +68,16 @@ typedef struct lamp_exec {
   */
   void (*grads_ready)(void *ctx, size_t first_param);
   void *grads_ready_ctx;
+  /*
+  ** Randomness of stochastic layers (Dropout), reproducible from the model's seed: a layer
+  ** draws from a generator seeded by (seed, forward_index, stream), taking its stream number
+  ** from *rng_streams (reset to 0 by every forward) so that two Dropouts in one forward get
+  ** different masks. rng_streams may be NULL (a layer driven without a model): the layer then
+  ** counts its own forwards.
+  */
+  uint64_t seed;
+  uint64_t forward_index;
+  uint64_t *rng_streams;
 } lamp_exec;
 
 typedef struct lamp_layer_ops {
@@ -102,6 +127,17 @@ typedef struct lamp_layer_ops {
   void (*describe)(const lamp_layer *layer, char *buf, size_t size);
 
   void (*destroy)(lamp_layer *layer); /* frees the private struct */
+
+  /* Optional (NULL for layers without buffers): buffer declarations, and binding buffer i to
+     an fp32 view of the model's buffer slab (NULL unbinds), with bind's rules. */
+  size_t (*buffer_count)(const lamp_layer *layer);
+  lamp_status (*buffer_decl)(const lamp_layer *layer, size_t i, lamp_buffer_decl *out, char *name_buf,
+                             size_t name_size);
+  lamp_status (*bind_buffer)(lamp_layer *layer, size_t i, lamp_tensor *buffer);
+
+  /* Optional (NULL for leaves): the children of a container, for printing the tree. */
+  size_t (*child_count)(const lamp_layer *layer);
+  lamp_layer *(*child)(const lamp_layer *layer, size_t i);
 } lamp_layer_ops;
 
 struct lamp_layer {
@@ -112,10 +148,67 @@ struct lamp_layer {
 lamp_layer *lamp_layer_retain(lamp_layer *layer);
 void lamp_layer_release(lamp_layer *layer); /* NULL is a no-op */
 
+/* 0 for layers without buffers (buffer_count NULL). */
+size_t lamp_layer_buffer_count(const lamp_layer *layer);
+/* A child's share of a combined backward: its backward op, or for a leaf accumulate_grads
+   (announced through exec->grads_ready at first_param) then backward_input. */
+lamp_status lamp_layer_backward_walk(lamp_layer *layer, const lamp_exec *exec, const lamp_tensor *x,
+                                     const lamp_tensor *y, const lamp_tensor *dy, lamp_tensor *dx, size_t first_param);
+/* Parameter elements the layer declares (what it will have once built). */
+lamp_status lamp_layer_param_numel(const lamp_layer *layer, size_t *out);
+/*
+** The tree with parameter counts, one layer a line, and the total:
+**   Sequential                                  [1,234 parameters]
+**     (1): Conv2d(1 -> 16, 3x3, padding 1, no bias)          144
+**   ...
+** Truncated (terminated) when buf is too small.
+*/
+void lamp_layer_summary(const lamp_layer *layer, char *buf, size_t size);
+
 /* Constructors. Each returns a layer with refcount 1. */
 lamp_status lamp_linear_new(lamp_layer **out, int64_t in_features, int64_t out_features, int bias);
 lamp_status lamp_relu_new(lamp_layer **out);
 /* Retains each child. */
 lamp_status lamp_sequential_new(lamp_layer **out, lamp_layer *const *children, size_t n);
+
+/* Conv2d on NCHW tensors; weight [out, in/groups, k, k] (PyTorch's layout), bias [out]. */
+typedef struct lamp_conv2d_options {
+  int64_t stride, padding, dilation, groups; /* 0 means the default: 1, 0, 1, 1 */
+  int no_bias;                               /* 0: with bias (PyTorch's default) */
+} lamp_conv2d_options;
+lamp_status lamp_conv2d_new(lamp_layer **out, int64_t in_channels, int64_t out_channels, int64_t kernel,
+                            const lamp_conv2d_options *options); /* options may be NULL */
+
+/* BatchNorm2d over the channels of NCHW tensors. weight [C], bias [C] (keep_f32, no decay);
+   buffers running_mean [C], running_var [C], num_batches_tracked [1]. */
+typedef struct lamp_batchnorm_options {
+  double momentum; /* 0 means the default 0.1; in (0, 1] otherwise */
+  double eps;      /* <= 0 means the default 1e-5 */
+  int no_affine;   /* 1: no weight and bias */
+} lamp_batchnorm_options;
+lamp_status lamp_batchnorm2d_new(lamp_layer **out, int64_t channels, const lamp_batchnorm_options *options);
+
+/* What a BatchNorm2d reads (for tests and tools): its bound views, NULL where unbound. */
+typedef struct lamp_batchnorm_views {
+  const lamp_tensor *weight, *bias, *running_mean, *running_var, *num_batches_tracked;
+} lamp_batchnorm_views;
+lamp_status lamp_batchnorm2d_views(const lamp_layer *layer, lamp_batchnorm_views *out);
+
+/* Pooling over NCHW. stride 0 means stride = kernel. AvgPool counts padding (PyTorch's
+   count_include_pad = True). GlobalAvgPool: [N, C, H, W] -> [N, C, 1, 1]. */
+lamp_status lamp_maxpool2d_new(lamp_layer **out, int64_t kernel, int64_t stride, int64_t padding);
+lamp_status lamp_avgpool2d_new(lamp_layer **out, int64_t kernel, int64_t stride, int64_t padding);
+lamp_status lamp_global_avgpool_new(lamp_layer **out);
+
+/* [N, d1, d2, ...] -> [N, d1 * d2 * ...]. */
+lamp_status lamp_flatten_new(lamp_layer **out);
+
+/* Zeroes each element with probability p in training (survivors scaled by 1/(1-p));
+   the identity in evaluation. 0 <= p < 1. */
+lamp_status lamp_dropout_new(lamp_layer **out, double p);
+
+/* y = block(x) + (projection ? projection(x) : x). Retains block and projection (may be NULL);
+   parameters: the block's, then the projection's. */
+lamp_status lamp_residual_new(lamp_layer **out, lamp_layer *block, lamp_layer *projection);
 
 #endif

@@ -34,6 +34,15 @@ struct lamp_model {
   lamp_tensor *staging;  /* fp32 copy for the optimizer when 16-bit weights have no masters */
   lamp_tensor *bound;    /* the slab the layers read their weights from (see bind_param) */
   int weights_stale;     /* the 16-bit slab lags the masters; refreshed when asked for */
+  lamp_model_buffer *buffers;
+  lamp_init_kind *buffer_inits;
+  size_t n_buffers;
+  size_t n_buffers_bound;
+  size_t buffer_numel;
+  lamp_tensor *buffer_slab; /* fp32 [buffer_numel], NULL without buffers */
+  int has_keep_f32;      /* some parameter is read in fp32 under every policy */
+  uint64_t forwards;     /* training forwards so far: Dropout's masks derive from it */
+  uint64_t rng_streams;  /* stochastic layers seen in the current forward */
   lamp_tensor *y;        /* output buffer, reused across batches */
   const lamp_tensor *x;  /* borrowed input of the last forward, for backward */
   lamp_exec exec;        /* of the last forward */
@@ -57,6 +66,8 @@ lamp_status lamp_model_new(lamp_model **out, lamp_layer *root) {
 static void unbind_all(lamp_model *m) {
   for (size_t i = 0; i < m->n_bound; i++) m->root->ops->bind(m->root, i, NULL, NULL);
   m->n_bound = 0;
+  for (size_t i = 0; i < m->n_buffers_bound; i++) m->root->ops->bind_buffer(m->root, i, NULL);
+  m->n_buffers_bound = 0;
 }
 
 /* Undoes a build, complete or partial. */
@@ -66,13 +77,20 @@ static void teardown(lamp_model *m) {
   lamp_tensor_release(m->master);
   lamp_tensor_release(m->grads);
   lamp_tensor_release(m->staging);
-  m->weights = m->master = m->grads = m->staging = m->bound = NULL;
+  lamp_tensor_release(m->buffer_slab);
+  m->weights = m->master = m->grads = m->staging = m->bound = m->buffer_slab = NULL;
   m->weights_stale = 0;
   free(m->params);
   free(m->inits);
+  free(m->buffers);
+  free(m->buffer_inits);
   m->params = NULL;
   m->inits = NULL;
+  m->buffers = NULL;
+  m->buffer_inits = NULL;
   m->n_params = m->numel = 0;
+  m->n_buffers = m->buffer_numel = 0;
+  m->has_keep_f32 = 0;
   m->built = 0;
 }
 
@@ -115,6 +133,8 @@ static lamp_status collect_param(lamp_model *m, size_t i, size_t *offset) {
   p->ndim = decl.ndim;
   memcpy(p->shape, decl.shape, sizeof p->shape);
   p->decay = decl.decay;
+  p->keep_f32 = decl.keep_f32 != 0;
+  m->has_keep_f32 |= p->keep_f32;
   m->inits[i] = (param_init){decl.init, decl.bound};
   *offset += p->count;
   return LAMP_OK;
@@ -133,6 +153,68 @@ static lamp_status collect_params(lamp_model *m) {
   }
   m->numel = offset;
   return LAMP_OK;
+}
+
+/* Buffer table entry i from the root's declaration i; *offset advances past it. */
+static lamp_status collect_buffer(lamp_model *m, size_t i, size_t *offset) {
+  lamp_model_buffer *b = &m->buffers[i];
+  lamp_buffer_decl decl;
+  lamp_status st = m->root->ops->buffer_decl(m->root, i, &decl, b->name, sizeof b->name);
+  if (st != LAMP_OK) return st;
+  if (decl.name != b->name) {
+    if (strlen(decl.name) >= sizeof b->name)
+      return lamp_error(LAMP_ERR_INVALID_ARG, "model: buffer name %s is longer than %zu characters", decl.name,
+                        sizeof b->name - 1);
+    strcpy(b->name, decl.name);
+  }
+  if (decl.ndim < 0 || decl.ndim > LAMP_MAX_DIMS)
+    return lamp_error(LAMP_ERR_INTERNAL, "model: buffer %s has %d dimensions", b->name, decl.ndim);
+  if (decl.init != LAMP_INIT_ZEROS && decl.init != LAMP_INIT_ONES)
+    return lamp_error(LAMP_ERR_INTERNAL, "model: buffer %s must start as zeros or ones", b->name);
+  if (!lamp_shape_numel(decl.ndim, decl.shape, &b->count)) return lamp_error_context(LAMP_ERR_INVALID_ARG, "model: buffer %s", b->name);
+  if (b->count > SIZE_MAX / 4 - *offset)
+    return lamp_error(LAMP_ERR_INVALID_ARG, "model: buffers overflow the address space at %s", b->name);
+  b->offset = *offset;
+  b->ndim = decl.ndim;
+  memcpy(b->shape, decl.shape, sizeof b->shape);
+  m->buffer_inits[i] = decl.init;
+  *offset += b->count;
+  return LAMP_OK;
+}
+
+static lamp_status collect_buffers(lamp_model *m) {
+  size_t n = lamp_layer_buffer_count(m->root);
+  if (n == 0) return LAMP_OK;
+  m->buffers = calloc(n, sizeof *m->buffers);
+  m->buffer_inits = calloc(n, sizeof *m->buffer_inits);
+  if (m->buffers == NULL || m->buffer_inits == NULL) return lamp_error(LAMP_ERR_SYSTEM, "model: out of memory");
+  m->n_buffers = n;
+  size_t offset = 0;
+  for (size_t i = 0; i < n; i++) {
+    lamp_status st = collect_buffer(m, i, &offset);
+    if (st != LAMP_OK) return st;
+  }
+  m->buffer_numel = offset;
+  return LAMP_OK;
+}
+
+/* One fp32 slab for every buffer, initialised (zeros or ones) and bound into the layers. Buffers
+   are never 16-bit: running statistics stay fp32 under every policy. */
+static lamp_status build_buffers(lamp_model *m) {
+  if (m->n_buffers == 0) return LAMP_OK;
+  int64_t shape[1] = {(int64_t)m->buffer_numel};
+  lamp_status st = lamp_tensor_new(&m->buffer_slab, LAMP_F32, m->config.device, 1, shape, LAMP_MEM_PARAMS);
+  for (size_t i = 0; st == LAMP_OK && i < m->n_buffers; i++) {
+    const lamp_model_buffer *b = &m->buffers[i];
+    float *v = (float *)lamp_tensor_data(m->buffer_slab) + b->offset;
+    st = lamp_fill(m->config.device, v, LAMP_F32, b->count, m->buffer_inits[i] == LAMP_INIT_ONES ? 1.0f : 0.0f);
+    lamp_tensor *view = NULL;
+    if (st == LAMP_OK) st = lamp_tensor_view(&view, m->buffer_slab, b->offset, b->ndim, b->shape);
+    if (st == LAMP_OK) st = m->root->ops->bind_buffer(m->root, i, view);
+    lamp_tensor_release(view);
+    if (st == LAMP_OK) m->n_buffers_bound = i + 1;
+  }
+  return st;
 }
 
 static lamp_status alloc_slabs(lamp_model *m) {
@@ -179,11 +261,22 @@ static lamp_status init_params(lamp_model *m) {
   return lamp_model_sync_weights(m);
 }
 
+/*
+** The slab parameter p is read from: the one every layer reads, except that a keep_f32
+** parameter (a norm weight) never reads a 16-bit slab. It reads the fp32 slab the optimizer
+** updates instead: the masters, or without masters the staging slab, which for such
+** parameters is then the only copy that counts (lamp_model_begin_update leaves it alone).
+*/
+static lamp_tensor *slab_for_param(const lamp_model *m, const lamp_model_param *p) {
+  if (!p->keep_f32 || m->bound->dtype == LAMP_F32) return m->bound;
+  return m->master != NULL ? m->master : m->staging;
+}
+
 /* Gives parameter i its weight and gradient views; the layer retains them, we drop ours. */
 static lamp_status bind_param(lamp_model *m, size_t i) {
   const lamp_model_param *p = &m->params[i];
   lamp_tensor *w = NULL, *g = NULL;
-  lamp_status st = lamp_tensor_view(&w, m->bound, p->offset, p->ndim, p->shape);
+  lamp_status st = lamp_tensor_view(&w, slab_for_param(m, p), p->offset, p->ndim, p->shape);
   if (st == LAMP_OK) st = lamp_tensor_view(&g, m->grads, p->offset, p->ndim, p->shape);
   if (st == LAMP_OK) st = m->root->ops->bind(m->root, i, w, g);
   lamp_tensor_release(w);
@@ -212,6 +305,8 @@ static lamp_status build_steps(lamp_model *m) {
   if (st == LAMP_OK) m->bound = slab_for_layers(m);
   if (st == LAMP_OK) st = init_params(m);
   for (size_t i = 0; st == LAMP_OK && i < m->n_params; i++) st = bind_param(m, i);
+  if (st == LAMP_OK) st = collect_buffers(m);
+  if (st == LAMP_OK) st = build_buffers(m);
   return st;
 }
 
@@ -280,8 +375,29 @@ lamp_status lamp_model_sync_weights(lamp_model *model) {
 lamp_status lamp_model_begin_update(lamp_model *model) {
   lamp_status st = require_built(model, "begin_update");
   if (st != LAMP_OK || model->staging == NULL) return st;
-  return lamp_convert(model->config.device, lamp_tensor_data(model->staging), LAMP_F32,
-                      lamp_tensor_data(model->weights), model->weights->dtype, model->numel);
+  lamp_device dev = model->config.device;
+  if (!model->has_keep_f32)
+    return lamp_convert(dev, lamp_tensor_data(model->staging), LAMP_F32, lamp_tensor_data(model->weights),
+                        model->weights->dtype, model->numel);
+  /* keep_f32 parameters live in the staging slab itself (see slab_for_param): reloading them
+     from their 16-bit copy would round them. */
+  size_t esize = lamp_dtype_size(model->weights->dtype);
+  for (size_t i = 0; st == LAMP_OK && i < model->n_params; i++) {
+    const lamp_model_param *p = &model->params[i];
+    if (p->keep_f32) continue;
+    st = lamp_convert(dev, (float *)lamp_tensor_data(model->staging) + p->offset, LAMP_F32,
+                      (const char *)lamp_tensor_data(model->weights) + p->offset * esize, model->weights->dtype,
+                      p->count);
+  }
+  return st;
+}
+
+lamp_tensor *lamp_model_buffers(const lamp_model *model) { return model->buffer_slab; }
+size_t lamp_model_n_buffers(const lamp_model *model) { return model->n_buffers; }
+uint64_t lamp_model_forward_index(const lamp_model *model) { return model->forwards; }
+void lamp_model_set_forward_index(lamp_model *model, uint64_t index) { model->forwards = index; }
+const lamp_model_buffer *lamp_model_buffer_at(const lamp_model *model, size_t i) {
+  return i < model->n_buffers ? &model->buffers[i] : NULL;
 }
 
 lamp_status lamp_model_zero_grads(lamp_model *model) {
@@ -301,7 +417,12 @@ lamp_status lamp_model_forward(lamp_model *model, const lamp_tensor *x, int trai
                             .compute_dtype = model->config.compute_dtype,
                             .activation_dtype = model->config.activation_dtype,
                             .training = training,
-                            .grad_dtype = model->config.grad_dtype};
+                            .grad_dtype = model->config.grad_dtype,
+                            .seed = model->config.seed,
+                            .forward_index = model->forwards,
+                            .rng_streams = &model->rng_streams};
+  model->rng_streams = 0;
+  if (training) model->forwards++;
   lamp_layer *root = model->root;
   int nd;
   int64_t shape[LAMP_MAX_DIMS];

@@ -30,7 +30,17 @@ typedef struct lamp_model_param {
   int ndim;
   int64_t shape[LAMP_MAX_DIMS];
   int decay;
+  int keep_f32;                /* read in fp32 under every policy (see lamp_param_decl) */
 } lamp_model_param;
+
+/* One buffer's place in the fp32 buffer slab (running statistics and the like). */
+typedef struct lamp_model_buffer {
+  char name[96];               /* "1.running_mean" */
+  size_t offset;               /* elements */
+  size_t count;
+  int ndim;
+  int64_t shape[LAMP_MAX_DIMS];
+} lamp_model_buffer;
 
 /* Retains root. The model is unusable until built. */
 lamp_status lamp_model_new(lamp_model **out, lamp_layer *root);
@@ -44,6 +54,21 @@ lamp_layer *lamp_model_root(const lamp_model *model);
 size_t lamp_model_numel(const lamp_model *model);       /* parameters, in elements */
 size_t lamp_model_n_params(const lamp_model *model);    /* parameter tensors */
 const lamp_model_param *lamp_model_param_at(const lamp_model *model, size_t i);
+
+/*
+** Buffers: one fp32 slab [n] holding every buffer the layers declare, packed in declaration
+** order (charged to the ledger as params); NULL when the model has none. Forward in training
+** mode updates it (BatchNorm's running statistics); a data-parallel trainer broadcasts it from
+** rank 0 and a checkpoint saves it.
+*/
+lamp_tensor *lamp_model_buffers(const lamp_model *model);
+size_t lamp_model_n_buffers(const lamp_model *model);
+const lamp_model_buffer *lamp_model_buffer_at(const lamp_model *model, size_t i);
+
+/* Training forwards so far, which stochastic layers (Dropout) derive their masks from: a
+   checkpoint saves it and a resume sets it back, so masks continue as in an unbroken run. */
+uint64_t lamp_model_forward_index(const lamp_model *model);
+void lamp_model_set_forward_index(lamp_model *model, uint64_t index);
 
 /* The weight_dtype slab [numel], brought up to date with the masters first if it lags them;
    its data is current until the next optimizer step. */

@@ -17,6 +17,7 @@ typedef struct sequential {
   size_t n;
   lamp_layer **children;
   size_t *first_param; /* [n + 1]: child j owns parameters first_param[j] .. first_param[j+1]-1 */
+  size_t *first_buffer; /* [n + 1]: the same for buffers */
   lamp_tensor **acts;  /* [n - 1]: output of child i, the input of child i + 1 */
   lamp_tensor **grads; /* [n - 1]: dL/d acts[i] */
 } sequential;
@@ -83,6 +84,52 @@ static lamp_status seq_param_decl(const lamp_layer *layer, size_t i, lamp_param_
   out->name = name_buf;
   return LAMP_OK;
 }
+
+/* Buffers, like parameters: child j owns first_buffer[j] .. first_buffer[j+1]-1, names prefixed. */
+static size_t seq_buffer_count(const lamp_layer *layer) {
+  const sequential *s = (const sequential *)layer;
+  return s->first_buffer[s->n];
+}
+
+static lamp_status find_buffer(const sequential *s, size_t i, size_t *child, size_t *local) {
+  for (size_t j = 0; j < s->n; j++) {
+    if (i < s->first_buffer[j + 1]) {
+      *child = j;
+      *local = i - s->first_buffer[j];
+      return LAMP_OK;
+    }
+  }
+  return lamp_error(LAMP_ERR_INVALID_ARG, "Sequential: no buffer %zu (it has %zu)", i, s->first_buffer[s->n]);
+}
+
+static lamp_status seq_buffer_decl(const lamp_layer *layer, size_t i, lamp_buffer_decl *out, char *name_buf,
+                                   size_t name_size) {
+  const sequential *s = (const sequential *)layer;
+  size_t j, local;
+  lamp_status st = find_buffer(s, i, &j, &local);
+  if (st != LAMP_OK) return st;
+  char child_name[256];
+  lamp_layer *c = s->children[j];
+  st = c->ops->buffer_decl(c, local, out, child_name, sizeof child_name);
+  if (st != LAMP_OK) return st;
+  int len = snprintf(name_buf, name_size, "%zu.%s", j, out->name);
+  if (len < 0 || (size_t)len >= name_size)
+    return lamp_error(LAMP_ERR_INVALID_ARG, "Sequential: buffer name %zu.%s is longer than %zu characters", j,
+                      out->name, name_size ? name_size - 1 : 0);
+  out->name = name_buf;
+  return LAMP_OK;
+}
+
+static lamp_status seq_bind_buffer(lamp_layer *layer, size_t i, lamp_tensor *buffer) {
+  sequential *s = (sequential *)layer;
+  size_t j, local;
+  lamp_status st = find_buffer(s, i, &j, &local);
+  if (st != LAMP_OK) return st;
+  return s->children[j]->ops->bind_buffer(s->children[j], local, buffer);
+}
+
+static size_t seq_child_count(const lamp_layer *layer) { return ((const sequential *)layer)->n; }
+static lamp_layer *seq_child(const lamp_layer *layer, size_t i) { return ((const sequential *)layer)->children[i]; }
 
 static lamp_status seq_bind(lamp_layer *layer, size_t i, lamp_tensor *weight, lamp_tensor *grad) {
   sequential *s = (sequential *)layer;
@@ -256,6 +303,7 @@ static void seq_destroy(lamp_layer *layer) {
   for (size_t i = 0; s->children != NULL && i < s->n; i++) lamp_layer_release(s->children[i]);
   free(s->children);
   free(s->first_param);
+  free(s->first_buffer);
   release_tensors(s->acts, s->n); /* the last slot is always NULL */
   release_tensors(s->grads, s->n);
   free(s);
@@ -273,6 +321,11 @@ static const lamp_layer_ops sequential_ops = {
     .backward = seq_backward,
     .describe = seq_describe,
     .destroy = seq_destroy,
+    .buffer_count = seq_buffer_count,
+    .buffer_decl = seq_buffer_decl,
+    .bind_buffer = seq_bind_buffer,
+    .child_count = seq_child_count,
+    .child = seq_child,
 };
 
 static lamp_status check_children(lamp_layer *const *children, size_t n) {
@@ -291,10 +344,11 @@ lamp_status lamp_sequential_new(lamp_layer **out, lamp_layer *const *children, s
     s->n = n;
     s->children = calloc(n, sizeof *s->children);
     s->first_param = calloc(n + 1, sizeof *s->first_param);
+    s->first_buffer = calloc(n + 1, sizeof *s->first_buffer);
     s->acts = calloc(n, sizeof *s->acts); /* n - 1 used; n keeps calloc(0) out of the picture */
     s->grads = calloc(n, sizeof *s->grads);
   }
-  if (s == NULL || s->children == NULL || s->first_param == NULL || s->acts == NULL || s->grads == NULL) {
+  if (s == NULL || s->children == NULL || s->first_param == NULL || s->first_buffer == NULL || s->acts == NULL || s->grads == NULL) {
     if (s != NULL) {
       s->n = 0; /* nothing retained yet */
       seq_destroy(&s->base);
@@ -306,6 +360,7 @@ lamp_status lamp_sequential_new(lamp_layer **out, lamp_layer *const *children, s
   for (size_t i = 0; i < n; i++) {
     s->children[i] = lamp_layer_retain(children[i]);
     s->first_param[i + 1] = s->first_param[i] + children[i]->ops->param_count(children[i]);
+    s->first_buffer[i + 1] = s->first_buffer[i] + lamp_layer_buffer_count(children[i]);
   }
   *out = &s->base;
   return LAMP_OK;

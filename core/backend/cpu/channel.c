@@ -1,0 +1,210 @@
+/*
+** Per-channel kernels over [n, c, hw] (BatchNorm's statistics, normalisation and input
+** gradient, and a convolution's bias gradient). Each image row of a channel is reduced in fp32
+** over fixed blocks (vectorised), then folded into a double per channel: rows are short (a
+** plane), so the fp32 part carries only a few hundred terms, and the many rows add in double.
+*/
+#include <string.h>
+
+#include "backend/backend.h"
+#include "backend/cpu/cpu_backend.h"
+#include "base/error.h"
+
+#define BLOCK LAMP_CPU_BLOCK
+
+static float sum_row(const float *a, float ca, size_t n) {
+  float acc[BLOCK] = {0};
+  size_t i = 0;
+  for (; i + BLOCK <= n; i += BLOCK)
+    for (size_t j = 0; j < BLOCK; j++) acc[j] += a[i + j] - ca;
+  float s = 0.0f;
+  for (; i < n; i++) s += a[i] - ca;
+  for (size_t j = 0; j < BLOCK; j++) s += acc[j];
+  return s;
+}
+
+static float dot_row(const float *a, float ca, const float *b, float cb, size_t n) {
+  float acc[BLOCK] = {0};
+  size_t i = 0;
+  for (; i + BLOCK <= n; i += BLOCK)
+    for (size_t j = 0; j < BLOCK; j++) acc[j] += (a[i + j] - ca) * (b[i + j] - cb);
+  float s = 0.0f;
+  for (; i < n; i++) s += (a[i] - ca) * (b[i] - cb);
+  for (size_t j = 0; j < BLOCK; j++) s += acc[j];
+  return s;
+}
+
+typedef struct reduce_job {
+  const float *a, *a_center, *b, *b_center;
+  size_t n, c, hw;
+  double *sum_a, *sum_ab;
+} reduce_job;
+
+/* One channel over every image: a task of its own, so the sums never depend on the threads. */
+static lamp_status reduce_channel(void *ctx, size_t worker, size_t k) {
+  const reduce_job *j = ctx;
+  (void)worker;
+  double sa = 0.0, sab = 0.0;
+  float ca = j->a_center != NULL ? j->a_center[k] : 0.0f, cb = j->b_center != NULL ? j->b_center[k] : 0.0f;
+  for (size_t i = 0; i < j->n; i++) {
+    const float *ra = j->a + (i * j->c + k) * j->hw;
+    if (j->b == NULL) sa += sum_row(ra, 0.0f, j->hw);
+    else {
+      sa += sum_row(ra, 0.0f, j->hw);
+      sab += dot_row(ra, ca, j->b + (i * j->c + k) * j->hw, cb, j->hw);
+    }
+  }
+  j->sum_a[k] = sa;
+  if (j->b != NULL) j->sum_ab[k] = sab;
+  return LAMP_OK;
+}
+
+/* Work below this many elements stays on the calling thread (a thread costs ~20 us). */
+#define PARALLEL_MIN 32768
+
+lamp_status lamp_channel_reduce(lamp_device device, const float *a, const float *a_center, const float *b,
+                                const float *b_center, size_t n, size_t c, size_t hw, double *sum_a,
+                                double *sum_ab) {
+  if (device != LAMP_CPU) return lamp_cpu_unsupported_device("channel_reduce", device);
+  reduce_job j = {a, a_center, b, b_center, n, c, hw, sum_a, sum_ab};
+  if (n * c * hw < PARALLEL_MIN) {
+    for (size_t k = 0; k < c; k++) reduce_channel(&j, 0, k);
+    return LAMP_OK;
+  }
+  return lamp_parallel_for(device, c, reduce_channel, &j);
+}
+
+typedef struct affine_job {
+  void *y;
+  lamp_dtype y_dtype;
+  const float *x, *scale, *shift, *a, *b, *p, *q, *r;
+  float *out;
+  size_t n, c, hw, tasks;
+} affine_job;
+
+/* The images [i0, i1) of task t when n images are dealt into `tasks` contiguous ranges. */
+static void image_range(size_t n, size_t tasks, size_t t, size_t *i0, size_t *i1) {
+  *i0 = n * t / tasks;
+  *i1 = n * (t + 1) / tasks;
+}
+
+static size_t task_count(size_t n, size_t elements) {
+  size_t threads = lamp_backend_threads(LAMP_CPU);
+  if (elements < PARALLEL_MIN || threads < 2) return 1;
+  return threads < n ? threads : n;
+}
+
+static lamp_status affine_task(void *ctx, size_t worker, size_t t) {
+  const affine_job *j = ctx;
+  (void)worker;
+  size_t i0, i1;
+  image_range(j->n, j->tasks, t, &i0, &i1);
+  float stage[LAMP_CPU_CHUNK];
+  for (size_t i = i0; i < i1; i++)
+    for (size_t k = 0; k < j->c; k++) {
+      size_t row = (i * j->c + k) * j->hw;
+      float sc = j->scale[k], sh = j->shift[k];
+      for (size_t p = 0; p < j->hw; p += LAMP_CPU_CHUNK) {
+        size_t len = lamp_cpu_min(LAMP_CPU_CHUNK, j->hw - p);
+        float *out = lamp_cpu_scratch(stage, j->y, j->y_dtype, row + p);
+        const float *in = j->x + row + p;
+        for (size_t e = 0; e < len; e++) out[e] = in[e] * sc + sh;
+        lamp_cpu_commit(j->y, j->y_dtype, row + p, out, len);
+      }
+    }
+  return LAMP_OK;
+}
+
+lamp_status lamp_channel_affine(lamp_device device, void *y, lamp_dtype y_dtype, const float *x,
+                                const float *scale, const float *shift, size_t n, size_t c, size_t hw) {
+  if (device != LAMP_CPU) return lamp_cpu_unsupported_device("channel_affine", device);
+  lamp_status s = lamp_cpu_check_float("channel_affine", "y", y_dtype);
+  if (s != LAMP_OK) return s;
+  affine_job j = {.y = y, .y_dtype = y_dtype, .x = x, .scale = scale, .shift = shift, .n = n, .c = c, .hw = hw,
+                  .tasks = task_count(n, n * c * hw)};
+  return lamp_parallel_for(device, j.tasks, affine_task, &j);
+}
+
+static lamp_status combine_task(void *ctx, size_t worker, size_t t) {
+  const affine_job *j = ctx;
+  (void)worker;
+  size_t i0, i1;
+  image_range(j->n, j->tasks, t, &i0, &i1);
+  for (size_t i = i0; i < i1; i++)
+    for (size_t k = 0; k < j->c; k++) {
+      size_t row = (i * j->c + k) * j->hw;
+      float pk = j->p[k], qk = j->q[k], rk = j->r[k];
+      float *restrict o = j->out + row;
+      const float *ra = j->a + row, *rb = j->b + row;
+      size_t e = 0;
+      for (; e + BLOCK <= j->hw; e += BLOCK)
+        for (size_t v = 0; v < BLOCK; v++) o[e + v] = pk * ra[e + v] + qk * rb[e + v] + rk;
+      for (; e < j->hw; e++) o[e] = pk * ra[e] + qk * rb[e] + rk;
+    }
+  return LAMP_OK;
+}
+
+lamp_status lamp_channel_combine(lamp_device device, float *out, const float *a, const float *b, const float *p,
+                                 const float *q, const float *r, size_t n, size_t c, size_t hw) {
+  if (device != LAMP_CPU) return lamp_cpu_unsupported_device("channel_combine", device);
+  affine_job j = {.out = out, .a = a, .b = b, .p = p, .q = q, .r = r, .n = n, .c = c, .hw = hw,
+                  .tasks = task_count(n, n * c * hw)};
+  return lamp_parallel_for(device, j.tasks, combine_task, &j);
+}
+
+/* ---- y += x ------------------------------------------------------------------------------ */
+
+typedef struct add_job {
+  void *y;
+  lamp_dtype y_dtype;
+  const void *x;
+  lamp_dtype x_dtype;
+  size_t n, tasks;
+} add_job;
+
+static lamp_status add_task(void *ctx, size_t worker, size_t t) {
+  const add_job *j = ctx;
+  (void)worker;
+  float ys[LAMP_CPU_CHUNK], xs[LAMP_CPU_CHUNK];
+  size_t end = j->n * (t + 1) / j->tasks;
+  for (size_t i = j->n * t / j->tasks; i < end; i += LAMP_CPU_CHUNK) {
+    size_t len = lamp_cpu_min(LAMP_CPU_CHUNK, end - i);
+    float *yv = lamp_cpu_edit(ys, j->y, j->y_dtype, i, len);
+    const float *xv = lamp_cpu_read(xs, j->x, j->x_dtype, i, len);
+    size_t e = 0;
+    for (; e + BLOCK <= len; e += BLOCK)
+      for (size_t v = 0; v < BLOCK; v++) yv[e + v] += xv[e + v];
+    for (; e < len; e++) yv[e] += xv[e];
+    lamp_cpu_commit(j->y, j->y_dtype, i, yv, len);
+  }
+  return LAMP_OK;
+}
+
+lamp_status lamp_add_into(lamp_device device, void *y, lamp_dtype y_dtype, const void *x, lamp_dtype x_dtype,
+                          size_t n) {
+  if (device != LAMP_CPU) return lamp_cpu_unsupported_device("add_into", device);
+  lamp_status s = lamp_cpu_check_float("add_into", "y", y_dtype);
+  if (s == LAMP_OK) s = lamp_cpu_check_float("add_into", "x", x_dtype);
+  if (s != LAMP_OK) return s;
+  add_job j = {y, y_dtype, x, x_dtype, n, task_count(n, n)};
+  return lamp_parallel_for(device, j.tasks, add_task, &j);
+}
+
+/* ---- y = mask ? x * scale : 0 ------------------------------------------------------------- */
+
+lamp_status lamp_apply_mask(lamp_device device, void *y, lamp_dtype y_dtype, const void *x, lamp_dtype x_dtype,
+                            const uint8_t *mask, float scale, size_t n) {
+  if (device != LAMP_CPU) return lamp_cpu_unsupported_device("apply_mask", device);
+  lamp_status s = lamp_cpu_check_float("apply_mask", "y", y_dtype);
+  if (s == LAMP_OK) s = lamp_cpu_check_float("apply_mask", "x", x_dtype);
+  if (s != LAMP_OK) return s;
+  float xs[LAMP_CPU_CHUNK], ys[LAMP_CPU_CHUNK];
+  for (size_t i = 0; i < n; i += LAMP_CPU_CHUNK) {
+    size_t len = lamp_cpu_min(LAMP_CPU_CHUNK, n - i);
+    const float *xv = lamp_cpu_read(xs, x, x_dtype, i, len);
+    float *yv = lamp_cpu_scratch(ys, y, y_dtype, i);
+    for (size_t j = 0; j < len; j++) yv[j] = mask[i + j] ? xv[j] * scale : 0.0f;
+    lamp_cpu_commit(y, y_dtype, i, yv, len);
+  }
+  return LAMP_OK;
+}

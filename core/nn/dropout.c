@@ -1,0 +1,139 @@
+/*
+** Dropout(p): in training, each element is zeroed with probability p and the survivors are
+** scaled by 1/(1-p) (inverted dropout, as PyTorch); in evaluation, the identity.
+**
+** Reproducibility: the mask of one forward comes from a generator seeded by the model's seed,
+** the index of the training forward and this layer's stream number within the forward
+** (exec->rng_streams counts the stochastic layers a forward meets, in order), so a seed
+** reproduces every mask of a run and two Dropouts in one network draw different masks. The
+** mask (one byte per element, an activation) is kept for backward.
+*/
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "backend/backend.h"
+#include "base/error.h"
+#include "nn/layer.h"
+#include "nn/layer_util.h"
+#include "tensor/rng.h"
+
+typedef struct dropout {
+  lamp_layer base;
+  double p;
+  lamp_tensor *mask;  /* u8, of the last training forward */
+  int masked;         /* the last forward applied the mask (training with p > 0) */
+  uint64_t forwards;  /* own count, used when the caller gives no exec->rng_streams */
+} dropout;
+
+static uint64_t mix64(uint64_t z) { /* splitmix64's finaliser: a bijection that spreads every bit */
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  return z ^ (z >> 31);
+}
+
+static lamp_status dropout_output_shape(const lamp_layer *layer, int ndim, const int64_t *in, int *out_ndim,
+                                        int64_t *out) {
+  (void)layer;
+  *out_ndim = ndim;
+  for (int i = 0; i < ndim; i++) out[i] = in[i];
+  return LAMP_OK;
+}
+
+static size_t dropout_param_count(const lamp_layer *layer) {
+  (void)layer;
+  return 0;
+}
+
+static lamp_status dropout_param_decl(const lamp_layer *layer, size_t i, lamp_param_decl *out, char *name_buf,
+                                      size_t name_size) {
+  (void)layer, (void)out, (void)name_buf, (void)name_size;
+  return lamp_error(LAMP_ERR_INVALID_ARG, "Dropout: no parameter %zu (it has none)", i);
+}
+
+static lamp_status dropout_bind(lamp_layer *layer, size_t i, lamp_tensor *weight, lamp_tensor *grad) {
+  (void)weight, (void)grad;
+  return dropout_param_decl(layer, i, NULL, NULL, 0);
+}
+
+static lamp_status check_like(const dropout *d, const lamp_tensor *t, const char *role, const lamp_tensor *x) {
+  char what[128], want[128];
+  if (lamp_nn_is_activation(t) && lamp_tensor_numel(t) == lamp_tensor_numel(x)) return LAMP_OK;
+  return lamp_error(LAMP_ERR_INVALID_ARG, "Dropout(%g): %s %s, expected %s contiguous floating-point values", d->p,
+                    role, lamp_tensor_describe(t, what, sizeof what),
+                    lamp_nn_shape_text(x->ndim, x->shape, want, sizeof want));
+}
+
+static lamp_status draw_mask(dropout *d, const lamp_exec *exec, const lamp_tensor *x) {
+  uint64_t stream = 0, index = exec->forward_index;
+  if (exec->rng_streams != NULL) stream = (*exec->rng_streams)++;
+  else index = d->forwards++;
+  lamp_status st = lamp_tensor_ensure(&d->mask, LAMP_U8, exec->device, x->ndim, x->shape, LAMP_MEM_ACTIVATIONS);
+  if (st != LAMP_OK) return st;
+  lamp_rng rng;
+  lamp_rng_seed(&rng, mix64(exec->seed ^ mix64(index ^ mix64(stream + 0x9e3779b97f4a7c15ull))));
+  uint8_t *m = lamp_tensor_data(d->mask);
+  for (size_t i = 0, n = lamp_tensor_numel(x); i < n; i++) m[i] = lamp_rng_uniform(&rng) >= d->p;
+  return LAMP_OK;
+}
+
+static lamp_status dropout_forward(lamp_layer *layer, const lamp_exec *exec, const lamp_tensor *x, lamp_tensor *y) {
+  dropout *d = (dropout *)layer;
+  lamp_status st = check_like(d, x, "input", x);
+  if (st == LAMP_OK) st = check_like(d, y, "output", x);
+  if (st != LAMP_OK) return st;
+  d->masked = exec->training && d->p > 0.0;
+  size_t n = lamp_tensor_numel(x);
+  if (!d->masked)
+    return lamp_convert(exec->device, lamp_tensor_data(y), y->dtype, lamp_tensor_data(x), x->dtype, n);
+  st = draw_mask(d, exec, x);
+  if (st != LAMP_OK) return st;
+  return lamp_apply_mask(exec->device, lamp_tensor_data(y), y->dtype, lamp_tensor_data(x), x->dtype,
+                         lamp_tensor_data(d->mask), (float)(1.0 / (1.0 - d->p)), n);
+}
+
+static lamp_status dropout_backward_input(lamp_layer *layer, const lamp_exec *exec, const lamp_tensor *x,
+                                          const lamp_tensor *y, const lamp_tensor *dy, lamp_tensor *dx) {
+  dropout *d = (dropout *)layer;
+  (void)y;
+  if (dx == NULL) return LAMP_OK;
+  lamp_status st = check_like(d, dy, "output gradient", x);
+  if (st == LAMP_OK) st = check_like(d, dx, "input gradient", x);
+  if (st != LAMP_OK) return st;
+  size_t n = lamp_tensor_numel(x);
+  if (!d->masked)
+    return lamp_convert(exec->device, lamp_tensor_data(dx), dx->dtype, lamp_tensor_data(dy), dy->dtype, n);
+  if (lamp_tensor_numel(d->mask) != n)
+    return lamp_error(LAMP_ERR_INVALID_USAGE, "Dropout(%g): backward for another input than the last forward's", d->p);
+  return lamp_apply_mask(exec->device, lamp_tensor_data(dx), dx->dtype, lamp_tensor_data(dy), dy->dtype,
+                         lamp_tensor_data(d->mask), (float)(1.0 / (1.0 - d->p)), n);
+}
+
+static void dropout_describe(const lamp_layer *layer, char *buf, size_t size) {
+  snprintf(buf, size, "Dropout(%g)", ((const dropout *)layer)->p);
+}
+
+static void dropout_destroy(lamp_layer *layer) {
+  dropout *d = (dropout *)layer;
+  lamp_tensor_release(d->mask);
+  free(d);
+}
+
+static const lamp_layer_ops dropout_ops = {
+    .type = "Dropout", .output_shape = dropout_output_shape, .param_count = dropout_param_count,
+    .param_decl = dropout_param_decl, .bind = dropout_bind, .forward = dropout_forward,
+    .backward_input = dropout_backward_input, .describe = dropout_describe, .destroy = dropout_destroy,
+};
+
+lamp_status lamp_dropout_new(lamp_layer **out, double p) {
+  *out = NULL;
+  if (!(p >= 0.0 && p < 1.0))
+    return lamp_error(LAMP_ERR_INVALID_ARG, "Dropout: probability %g must be in [0, 1)", p);
+  dropout *d = calloc(1, sizeof *d);
+  if (d == NULL) return lamp_error(LAMP_ERR_SYSTEM, "Dropout: out of memory");
+  d->base.ops = &dropout_ops;
+  d->base.refcount = 1;
+  d->p = p;
+  *out = &d->base;
+  return LAMP_OK;
+}

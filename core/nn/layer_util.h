@@ -1,0 +1,68 @@
+/*
+** Small helpers the layer files share: dtype and shape tests, shape text for messages, and
+** the bind/unbind bookkeeping every layer with parameters or buffers does the same way.
+*/
+#ifndef LAMP_NN_LAYER_UTIL_H
+#define LAMP_NN_LAYER_UTIL_H
+
+#include <stdio.h>
+
+#include "base/error.h"
+#include "nn/layer.h"
+
+static inline int lamp_nn_is_float(lamp_dtype dtype) {
+  return dtype == LAMP_F32 || dtype == LAMP_F16 || dtype == LAMP_BF16;
+}
+
+/* "[2, 3, 28, 28]" */
+static inline const char *lamp_nn_shape_text(int ndim, const int64_t *shape, char *buf, size_t size) {
+  size_t used = (size_t)snprintf(buf, size, "[");
+  for (int i = 0; i < ndim && used < size; i++)
+    used += (size_t)snprintf(buf + used, size - used, i ? ", %lld" : "%lld", (long long)shape[i]);
+  if (used < size) snprintf(buf + used, size - used, "]");
+  return buf;
+}
+
+static inline int lamp_nn_has_shape(const lamp_tensor *t, int ndim, const int64_t *shape) {
+  if (t->ndim != ndim || !lamp_tensor_is_contiguous(t)) return 0;
+  for (int i = 0; i < ndim; i++)
+    if (t->shape[i] != shape[i]) return 0;
+  return 1;
+}
+
+static inline int lamp_nn_same_shape(const lamp_tensor *a, const lamp_tensor *b) {
+  return lamp_nn_has_shape(a, b->ndim, b->shape);
+}
+
+/* A contiguous floating-point tensor (what activations and their gradients must be). */
+static inline int lamp_nn_is_activation(const lamp_tensor *t) {
+  return lamp_nn_is_float(t->dtype) && lamp_tensor_is_contiguous(t);
+}
+
+/*
+** The bind protocol for one parameter (slot w, g): weight == grad == NULL unbinds; binding a
+** bound slot is an error; the views must be contiguous, shaped as declared, the gradient f32
+** (and the weight too when keep_f32). `layer` and `what` name the layer and the parameter.
+*/
+static inline lamp_status lamp_nn_bind_param(const char *layer, const lamp_param_decl *d, lamp_tensor **w,
+                                             lamp_tensor **g, lamp_tensor *weight, lamp_tensor *grad) {
+  if (weight == NULL && grad == NULL) {
+    lamp_tensor_release(*w);
+    lamp_tensor_release(*g);
+    *w = *g = NULL;
+    return LAMP_OK;
+  }
+  if (*w != NULL)
+    return lamp_error(LAMP_ERR_INVALID_USAGE, "%s: %s is already bound (a layer belongs to one model, once)", layer,
+                      d->name);
+  if (weight == NULL || grad == NULL || !lamp_nn_is_float(weight->dtype) || grad->dtype != LAMP_F32 ||
+      (d->keep_f32 && weight->dtype != LAMP_F32) || !lamp_nn_has_shape(weight, d->ndim, d->shape) ||
+      !lamp_nn_has_shape(grad, d->ndim, d->shape))
+    return lamp_error(LAMP_ERR_INVALID_ARG, "%s: %s needs a contiguous %sweight view and an f32 gradient view of its shape",
+                      layer, d->name, d->keep_f32 ? "f32 " : "");
+  *w = lamp_tensor_retain(weight);
+  *g = lamp_tensor_retain(grad);
+  return LAMP_OK;
+}
+
+#endif

@@ -1,0 +1,51 @@
+/* GEMM operands in the compute dtype (operand.h): the rules of linear.c, for the other layers. */
+#include "nn/operand.h"
+
+#include "backend/backend.h"
+
+lamp_dtype lamp_operand_dtype(const lamp_exec *exec) {
+  return lamp_backend_native_16bit_gemm(exec->device) ? exec->compute_dtype : LAMP_F32;
+}
+
+int lamp_operand_in_place(const lamp_exec *exec, lamp_dtype dtype) {
+  return dtype == exec->compute_dtype && dtype == lamp_operand_dtype(exec);
+}
+
+/* dst holds src's values rounded to the compute dtype, in the operand dtype. */
+lamp_status lamp_operand_fill(const lamp_exec *exec, void *dst, const void *src, lamp_dtype src_dtype, size_t n) {
+  lamp_dtype op = lamp_operand_dtype(exec);
+  if (op != LAMP_F32 || src_dtype == exec->compute_dtype) /* one conversion: rounding or exact widening */
+    return lamp_convert(exec->device, dst, op, src, src_dtype, n);
+  if (src_dtype != LAMP_F32) {                           /* widen first, then round in place */
+    lamp_status st = lamp_convert(exec->device, dst, LAMP_F32, src, src_dtype, n);
+    if (st != LAMP_OK) return st;
+    src = dst;
+  }
+  return lamp_round_through(exec->device, dst, src, exec->compute_dtype, n);
+}
+
+lamp_status lamp_operand_get(lamp_operand *c, const lamp_exec *exec, const lamp_tensor *t, size_t n, int reuse,
+                             const void **data) {
+  const void *src = lamp_tensor_data(t);
+  lamp_dtype op = lamp_operand_dtype(exec);
+  if (lamp_operand_in_place(exec, t->dtype)) {
+    *data = src;
+    return LAMP_OK;
+  }
+  if (!(reuse && c->valid && c->src == src)) {
+    int64_t shape[1] = {(int64_t)n};
+    lamp_status st = lamp_tensor_ensure(&c->buf, op, exec->device, 1, shape, LAMP_MEM_WORKSPACE);
+    if (st == LAMP_OK) st = lamp_operand_fill(exec, lamp_tensor_data(c->buf), src, t->dtype, n);
+    if (st != LAMP_OK) return st;
+    c->src = src;
+    c->valid = 1;
+  }
+  *data = lamp_tensor_data(c->buf);
+  return LAMP_OK;
+}
+
+void lamp_operand_free(lamp_operand *c) {
+  lamp_tensor_release(c->buf);
+  c->buf = NULL;
+  c->valid = 0;
+}
