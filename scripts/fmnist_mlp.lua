@@ -4,30 +4,29 @@
 --       [--precision=fp32|fp16|bf16] [--comm=auto] [--optim=sgd|adam|adamw] [--lr=] [--momentum=0.9]
 --       [--wd=] [--accum=1] [--clip=0] [--schedule=cosine|warmup_cosine|step|constant] [--warmup=0]
 --       [--data=fashion-mnist] [--limit=N] [--bucket_mb=25] [--compress=none|bf16|fp16]
+--       [--save=DIR] [--save_every=STEPS] [--keep=3] [--resume=DIR]
 --
+-- --save=DIR writes a checkpoint into DIR at the end of every epoch (and every --save_every
+-- optimizer steps), keeping the --keep newest. --resume=DIR continues from DIR's newest complete
+-- checkpoint, mid-epoch if it was taken there, to the same bits as a run never stopped; a DIR
+-- without one starts afresh. Both may name the same folder.
 -- The default recipe is the reference one (PyTorch reaches 86.45-86.75 % after one epoch):
 -- 784-1024-1024-10, SGD lr 0.05 momentum 0.9, batch 128, learning rate falling to 0 along a
 -- cosine over the run. adam and adamw default to lr 1e-3 and weight decay 0.01.
 --
 -- --batch is the global batch: under scripts/lamp-run -n N each rank takes batch/N samples a step
 -- from its own shard (comm "auto" picks mpi under mpirun, single otherwise).
+package.path = arg[0]:gsub("[^/]*$", "") .. "lib/?.lua;" .. package.path
 local lamp = require "lamp"
+local training = require "training"
 local nn = lamp.nn
 
 local args = lamp.parse_args(arg, {
   epochs = 1, batch = 128, lr = "auto", momentum = 0.9, wd = "auto", hidden = "1024,1024", seed = 0,
   precision = "fp32", comm = "auto", optim = "sgd", schedule = "cosine", warmup = 0, accum = 1, clip = 0,
   data = "fashion-mnist", limit = 0, bucket_mb = 25, compress = "none",
+  save = "", save_every = 0, keep = 3, resume = "",
 })
-
-local function optimizer(name)
-  local adam = name == "adam" or name == "adamw"
-  local lr = args.lr == "auto" and (adam and 1e-3 or 0.05) or args.lr
-  local wd = args.wd == "auto" and (adam and 0.01 or 0) or args.wd
-  if adam then return lamp.optim(name, { lr = lr, weight_decay = wd }) end
-  if name == "sgd" then return lamp.optim(name, { lr = lr, momentum = args.momentum, weight_decay = wd }) end
-  return lamp.optim(name, { lr = lr }) -- a third-party optimizer: only lr is assumed
-end
 
 local function hidden_sizes(spec)
   local sizes = {}
@@ -41,17 +40,13 @@ end
 
 local comm = lamp.comm(args.comm)
 local precision = lamp.precision(args.precision)
-local optim = optimizer(args.optim)
+local optim = training.optimizer(lamp, args)
 
 local train = lamp.data.idx(args.data, "train")
 local test = lamp.data.idx(args.data, "t10k")
 if args.limit > 0 then train = train:subset(1, math.min(args.limit, train:size())) end
 
-local world = comm:size()
-if args.batch % world ~= 0 then
-  error(string.format("--batch=%d (the global batch) must be a multiple of the %d ranks", args.batch, world), 0)
-end
-local loader = lamp.data.loader(train, { batch = args.batch // world, shuffle = true, drop_last = true,
+local loader = lamp.data.loader(train, { batch = training.rank_batch(args.batch, comm), shuffle = true, drop_last = true,
                                          seed = args.seed, comm = comm })
 local test_loader = lamp.data.loader(test, { batch = 1000 })
 
@@ -84,21 +79,9 @@ lamp.log0(string.format("%d parameters, %d training samples, batch %d x accum %d
     trainer:parameters(), train:size(), args.batch, args.accum, total_steps, precision:name(), comm:name(),
     optim:name()))
 
-local last
-for epoch = 1, args.epochs do
-  local r = trainer:epoch(loader)
-  local e = trainer:evaluate(test_loader)
-  last = e
-  lamp.log0(string.format("epoch %d  train loss %.4f  test loss %.4f  test accuracy %.2f %%  %.0f samples/s",
-    epoch, r.loss, e.loss, 100 * e.accuracy, r.samples_per_s))
-end
+local last = training.run(lamp, trainer, loader, test_loader, args)
 
 if comm:rank() == 0 then
-  local mem = lamp.memory()
-  local function mib(b) return string.format("%9.2f", b / 1048576) end
-  print("memory (MiB)        current      peak")
-  for _, k in ipairs { "params", "grads", "master", "optim_state", "activations", "workspace", "data", "total" } do
-    print(string.format("  %-14s %s %s", k, mib(mem[k].current), mib(mem[k].peak)))
-  end
+  training.print_memory(lamp)
   print(string.format("final test accuracy %.2f %%", 100 * last.accuracy))
 end

@@ -185,15 +185,58 @@ static int trainer_gc(lua_State *L) {
 
 /* trainer:epoch(loader) -> {loss=, samples=, seconds=, samples_per_s=} */
 static int trainer_epoch(lua_State *L) {
+  static const char *const fields[] = {"max_steps", NULL};
   lamp_trainer *t = lampL_checkobject(L, 1, LAMP_TRAINER_CLASS);
   lamp_loader *loader = lampL_checkobject(L, 2, LAMP_LOADER_CLASS);
+  lua_Integer max_steps = 0;
+  if (!lua_isnoneornil(L, 3)) {
+    luaL_checktype(L, 3, LUA_TTABLE);
+    lampL_check_fields(L, 3, "trainer:epoch", fields);
+    max_steps = lampL_optfield_integer(L, 3, "trainer:epoch", "max_steps", 0);
+    if (max_steps < 0) luaL_error(L, "trainer:epoch: 'max_steps' must be >= 0 (0: the whole epoch), got %I", max_steps);
+  }
   lamp_epoch_result r;
-  lampL_check(L, lamp_trainer_epoch(t, loader, &r));
-  lua_createtable(L, 0, 4);
+  lampL_check(L, lamp_trainer_train(t, loader, (uint64_t)max_steps, &r));
+  lua_createtable(L, 0, 5);
   lampL_setnumber(L, "loss", r.mean_loss);
   lampL_setinteger(L, "samples", (lua_Integer)r.samples);
   lampL_setnumber(L, "seconds", r.seconds);
   lampL_setnumber(L, "samples_per_s", r.samples_per_second);
+  lua_pushboolean(L, r.epoch_done);
+  lua_setfield(L, -2, "done");
+  return 1;
+}
+
+/* trainer:save(path) or trainer:save{dir=, keep=} -> the path written (on every rank) */
+static int trainer_save(lua_State *L) {
+  static const char *const fields[] = {"dir", "keep", NULL};
+  lamp_trainer *t = lampL_checkobject(L, 1, LAMP_TRAINER_CLASS);
+  char written[4096];
+  if (lua_type(L, 2) == LUA_TSTRING) {
+    lampL_check(L, lamp_trainer_save(t, lua_tostring(L, 2), written, sizeof written));
+  } else {
+    if (lua_type(L, 2) != LUA_TTABLE)
+      luaL_error(L, "trainer:save: expected a path or a table {dir=, keep=}, got %s", luaL_typename(L, 2));
+    lampL_check_fields(L, 2, "trainer:save", fields);
+    if (lua_getfield(L, 2, "dir") != LUA_TSTRING) luaL_error(L, "trainer:save: 'dir' must be a string, got %s", luaL_typename(L, -1));
+    const char *dir = lua_tostring(L, -1);
+    lua_Integer keep = lampL_optfield_integer(L, 2, "trainer:save", "keep", 0);
+    if (keep < 0 || keep > 1000000) luaL_error(L, "trainer:save: 'keep' must be in [0, 1000000] (0 keeps all), got %I", keep);
+    lampL_check(L, lamp_trainer_save_dir(t, dir, (int)keep, written, sizeof written));
+  }
+  lua_pushstring(L, written);
+  return 1;
+}
+
+/* trainer:resume(path_or_dir) -> the path resumed from, or nil when the folder holds none */
+static int trainer_resume(lua_State *L) {
+  lamp_trainer *t = lampL_checkobject(L, 1, LAMP_TRAINER_CLASS);
+  const char *from = luaL_checkstring(L, 2);
+  char used[4096];
+  int found;
+  lampL_check(L, lamp_trainer_resume(t, from, used, sizeof used, &found));
+  if (found) lua_pushstring(L, used);
+  else lua_pushnil(L);
   return 1;
 }
 
@@ -285,6 +328,7 @@ static int trainer_tostring(lua_State *L) {
 static const luaL_Reg trainer_methods[] = {{"epoch", trainer_epoch},       {"evaluate", trainer_evaluate},
                                            {"stats", trainer_stats},       {"parameters", trainer_parameters},
                                            {"param_table", trainer_param_table},
+                                           {"save", trainer_save},         {"resume", trainer_resume},
                                            {"close", trainer_gc},          {NULL, NULL}};
 
 void lampL_open_trainer(lua_State *L) {

@@ -13,26 +13,9 @@
 #include "tensor/memory.h"
 #include "train/grad_buckets.h"
 #include "train/progress.h"
+#include "train/trainer_internal.h"
 
 
-struct lamp_trainer {
-  lamp_trainer_config config;
-  lamp_model *model;
-  lamp_precision_policy policy;
-  double base_lr;
-
-  lamp_optim_slot slot_decls[LAMP_OPTIM_MAX_SLOTS];
-  float *slots[LAMP_OPTIM_MAX_SLOTS];
-  uint32_t n_slots;
-  lamp_optim_segment *segments;
-  size_t n_segments;
-
-  lamp_tensor *dlogits;       /* gradient of the loss w.r.t. the model output */
-  lamp_grad_buckets buckets;  /* the all-reduce of the gradient slab, cut to overlap backward */
-  int micro;                  /* micro-steps done in the current accumulation group */
-  uint64_t epochs_done;
-  lamp_trainer_stats stats;
-};
 
 
 /* ---- construction ------------------------------------------------------------------------ */
@@ -116,6 +99,17 @@ static lamp_status check_ranks_agree(lamp_trainer *t) {
   return LAMP_OK;
 }
 
+/*
+** Buffers (BatchNorm's running statistics) drift apart under DDP, each rank normalising its own
+** shard: like DDP's broadcast_buffers, rank 0's are the ones that count, at the start and
+** whenever the model is evaluated or saved.
+*/
+static lamp_status broadcast_buffers(lamp_trainer *t) {
+  lamp_tensor *b = lamp_model_buffers(t->model);
+  if (t->stats.world == 1 || b == NULL) return LAMP_OK;
+  return lamp_comm_broadcast(t->config.comm, lamp_tensor_data(b), lamp_tensor_numel(b), LAMP_F32, 0, t->config.device);
+}
+
 /* DDP starts from identical parameters: rank 0's initialisation wins. */
 static lamp_status broadcast_initial_parameters(lamp_trainer *t) {
   if (lamp_comm_size(t->config.comm) == 1) return LAMP_OK;
@@ -123,6 +117,7 @@ static lamp_status broadcast_initial_parameters(lamp_trainer *t) {
   if (agree != LAMP_OK) return agree;
   lamp_status st = lamp_comm_broadcast(t->config.comm, lamp_model_trainable(t->model), lamp_model_numel(t->model),
                                        LAMP_F32, 0, t->config.device);
+  if (st == LAMP_OK) st = broadcast_buffers(t);
   if (st != LAMP_OK) return st;
   return lamp_model_sync_weights(t->model);
 }
@@ -344,37 +339,79 @@ lamp_status lamp_trainer_step(lamp_trainer *t, const lamp_tensor *x, const lamp_
 
 /* ---- epochs and evaluation ---------------------------------------------------------------- */
 
-lamp_status lamp_trainer_epoch(lamp_trainer *t, lamp_loader *loader, lamp_epoch_result *result) {
+/* The loader's batches over all ranks, in samples: what an epoch position is counted in. */
+static uint64_t global_batch(const lamp_trainer *t, const lamp_loader *loader) {
+  return (uint64_t)lamp_loader_get_config(loader)->batch * (uint64_t)t->stats.world;
+}
+
+/*
+** Puts the loader where training goes on: a new epoch, or the open one at its next batch. An
+** epoch opened by a checkpoint written with another global batch (other ranks or batch size)
+** continues at the same sample, which must fall on one of this loader's batch boundaries.
+*/
+static lamp_status position_loader(lamp_trainer *t, lamp_loader *loader) {
+  uint64_t gb = global_batch(t, loader);
+  if (!t->epoch_open) {
+    t->epoch_batches = 0;
+    t->epoch_global_batch = gb;
+    t->epoch_open = 1;
+    return lamp_loader_start_epoch(loader, t->epochs_done);
+  }
+  if (t->epoch_global_batch != gb) {
+    uint64_t consumed = t->epoch_batches * t->epoch_global_batch;
+    if (consumed % gb != 0)
+      return lamp_error(LAMP_ERR_INVALID_ARG, "Trainer: cannot continue epoch %llu at sample %llu: it is not a multiple of this loader's global batch %llu (batch %zu x %d rank%s); use a batch that divides it",
+                        (unsigned long long)t->epochs_done + 1, (unsigned long long)consumed, (unsigned long long)gb,
+                        lamp_loader_get_config(loader)->batch, t->stats.world, t->stats.world == 1 ? "" : "s");
+    t->epoch_batches = consumed / gb;
+    t->epoch_global_batch = gb;
+  }
+  return lamp_loader_seek(loader, t->epochs_done, (size_t)t->epoch_batches);
+}
+
+lamp_status lamp_trainer_train(lamp_trainer *t, lamp_loader *loader, uint64_t max_steps, lamp_epoch_result *result) {
   memset(result, 0, sizeof *result);
-  lamp_status st = lamp_loader_start_epoch(loader, t->epochs_done);
+  lamp_status st = position_loader(t, loader);
   if (st != LAMP_OK) return st;
   lamp_progress progress;
   lamp_progress_start(&progress, t->epochs_done + 1, lamp_loader_batches_per_epoch(loader), t->stats.world);
   double loss_sum = 0.0;
-  uint64_t batches = 0;
+  uint64_t batches = 0, first_step = t->stats.steps + t->stats.skipped_steps;
   for (;;) {
+    /* Stop only between optimizer steps, so a checkpoint taken now is complete. */
+    if (max_steps > 0 && t->micro == 0 && t->stats.steps + t->stats.skipped_steps - first_step >= max_steps) break;
     lamp_tensor *x, *y;
     int has_batch;
     if ((st = lamp_loader_next(loader, &x, &y, &has_batch)) != LAMP_OK) return st;
-    if (!has_batch) break;
+    if (!has_batch) {
+      t->epoch_open = 0;
+      t->epochs_done++;
+      result->epoch_done = 1;
+      break;
+    }
     if ((st = lamp_trainer_step(t, x, y)) != LAMP_OK) return st;
+    t->epoch_batches++;
     loss_sum += t->stats.last_loss;
     batches++;
     result->samples += (uint64_t)x->shape[0];
-    lamp_progress_update(&progress, batches, result->samples, loss_sum / (double)batches, t->stats.lr,
+    lamp_progress_update(&progress, (size_t)t->epoch_batches, result->samples, loss_sum / (double)batches, t->stats.lr,
                          t->stats.loss_scale, t->stats.skipped_steps);
   }
   result->mean_loss = batches ? loss_sum / (double)batches : 0.0;
-  result->seconds = lamp_progress_finish(&progress, batches, result->samples, result->mean_loss, t->stats.lr,
-                                         t->stats.loss_scale, t->stats.skipped_steps);
+  result->seconds = lamp_progress_finish(&progress, (size_t)t->epoch_batches, result->samples, result->mean_loss,
+                                         t->stats.lr, t->stats.loss_scale, t->stats.skipped_steps);
   result->samples_per_second = result->seconds > 0 ? (double)result->samples * t->stats.world / result->seconds : 0.0;
-  t->epochs_done++;
   return LAMP_OK;
+}
+
+lamp_status lamp_trainer_epoch(lamp_trainer *t, lamp_loader *loader, lamp_epoch_result *result) {
+  return lamp_trainer_train(t, loader, 0, result);
 }
 
 lamp_status lamp_trainer_evaluate(lamp_trainer *t, lamp_loader *loader, lamp_eval_result *result) {
   memset(result, 0, sizeof *result);
-  lamp_status st = lamp_loader_start_epoch(loader, 0);
+  lamp_status st = broadcast_buffers(t);
+  if (st == LAMP_OK) st = lamp_loader_start_epoch(loader, 0);
   if (st != LAMP_OK) return st;
   lamp_exec exec = exec_of(t, 0);
   double sums[3] = {0.0, 0.0, 0.0}; /* loss * rows, correct, rows */

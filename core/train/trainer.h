@@ -62,6 +62,7 @@ typedef struct lamp_epoch_result {
   uint64_t samples;           /* this rank */
   double seconds;
   double samples_per_second;  /* all ranks together */
+  int epoch_done;             /* the epoch ended (lamp_trainer_train may stop before) */
 } lamp_epoch_result;
 
 typedef struct lamp_eval_result {
@@ -76,7 +77,16 @@ void lamp_trainer_free(lamp_trainer *t);
 /* One micro-batch; takes an optimizer step when it completes an accumulation group. */
 lamp_status lamp_trainer_step(lamp_trainer *t, const lamp_tensor *x, const lamp_tensor *y);
 
-/* One pass over the loader (epoch number = how many epochs this trainer has run). */
+/*
+** Trains on the loader until the epoch ends or, when max_steps > 0, until max_steps optimizer
+** steps (taken or skipped) are done, whichever comes first; it stops only between optimizer
+** steps. An epoch left open continues at its next batch on the next call (the epoch number is
+** how many epochs this trainer has finished, so the loader's shuffle and augmentation match an
+** uninterrupted run).
+*/
+lamp_status lamp_trainer_train(lamp_trainer *t, lamp_loader *loader, uint64_t max_steps, lamp_epoch_result *result);
+
+/* The rest of the current epoch: lamp_trainer_train without a step limit. */
 lamp_status lamp_trainer_epoch(lamp_trainer *t, lamp_loader *loader, lamp_epoch_result *result);
 
 /* Accuracy and loss without touching gradients or optimizer state. */
@@ -91,6 +101,20 @@ lamp_status lamp_trainer_stats_get(lamp_trainer *t, lamp_trainer_stats *out);
 */
 lamp_status lamp_trainer_set_param_options(lamp_trainer *t, size_t i, double lr_mult, int decay);
 lamp_status lamp_trainer_param_options(const lamp_trainer *t, size_t i, double *lr_mult, int *decay);
+/*
+** Checkpoints (core/train/trainer_checkpoint.c; format in docs/checkpoint.md). Collective: every
+** rank calls them; rank 0 alone touches files, the others wait for its verdict. Only between
+** optimizer steps. The path written (or read) goes to `written` / `used` on every rank.
+**   save      one file, written atomically (path.tmp, fsync, rename, fsync of the folder)
+**   save_dir  <dir>/ckpt-<step>.lamp, keeping the `keep` newest (keep <= 0: all)
+**   resume    a file, or a folder's newest complete checkpoint; *found = 0 (and nothing
+**             changed) for a folder without one. A checkpoint of another model, precision
+**             or optimizer is refused with its reason; on failure the trainer is unchanged.
+*/
+lamp_status lamp_trainer_save(lamp_trainer *t, const char *path, char *written, size_t written_size);
+lamp_status lamp_trainer_save_dir(lamp_trainer *t, const char *dir, int keep, char *written, size_t written_size);
+lamp_status lamp_trainer_resume(lamp_trainer *t, const char *path_or_dir, char *used, size_t used_size, int *found);
+
 lamp_model *lamp_trainer_model(lamp_trainer *t);
 uint64_t lamp_trainer_epochs_done(const lamp_trainer *t);
 

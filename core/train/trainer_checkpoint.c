@@ -1,0 +1,475 @@
+/*
+** Checkpoints of a trainer: everything a run needs to continue to the bit, in the generic
+** container of core/checkpoint. Data only: the model and its plugins are rebuilt by the script,
+** the checkpoint restores their state and refuses one written for another configuration.
+**
+** What goes in (names as they appear in `lamp.checkpoint.info`):
+**   metas    lamp.kind "trainer", lamp.trainer_version, run.* (model description, precision,
+**            optimizer and its hyper-parameters, comm, world size, accumulation, seed, clip,
+**            schedule), state.* (steps, skipped steps, micro-steps, samples, epochs done, the open
+**            epoch and its position, last loss, lr, the stochastic layers' forward count)
+**   tensors  param.<name>   the fp32 parameters the optimizer updates (the masters when the
+**                           policy keeps them); without masters, a 16-bit policy's weights as
+**                           stored (keep_f32 parameters stay fp32)
+**            buffer.<name>  BatchNorm running statistics and other buffers (fp32)
+**            optim.<slot>   every optimizer state slot, fp32 [numel]
+**   blob     precision.state, the precision plugin's save_state (the loss scaler)
+**
+** Rank 0 alone reads and writes files; the others wait for it in a broadcast that carries its
+** verdict, and on resume they receive the restored state from it, so ranks need no shared
+** file system and always agree.
+*/
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "base/error.h"
+#include "base/log.h"
+#include "checkpoint/checkpoint.h"
+#include "tensor/dtype.h"
+#include "train/trainer_internal.h"
+
+#define TRAINER_STATE_VERSION 1
+#define PATH_CAP 4096
+
+static const char *precision_name(const lamp_trainer *t) { return lamp_precision_handle(t->config.precision)->desc->name; }
+static const char *optim_name(const lamp_trainer *t) { return lamp_optim_handle(t->config.optim)->desc->name; }
+static int rank_of(const lamp_trainer *t) { return lamp_comm_rank(t->config.comm); }
+
+/* ---- where each parameter's truth lives --------------------------------------------------- */
+
+/*
+** The fp32 slab the optimizer updates is the truth, except under a 16-bit policy without
+** masters, where it is only a staging copy of the 16-bit weights: there the weights are saved
+** as stored, and keep_f32 parameters (which never leave fp32) from the staging slab.
+*/
+static int saves_16bit(const lamp_trainer *t, const lamp_model_param *p) {
+  return lamp_model_master(t->model) == NULL && lamp_model_get_config(t->model)->weight_dtype != LAMP_F32 &&
+         !p->keep_f32;
+}
+
+static void *param_data(lamp_trainer *t, const lamp_model_param *p, lamp_dtype *dtype) {
+  if (saves_16bit(t, p)) {
+    lamp_tensor *w = lamp_model_weights(t->model);
+    *dtype = w->dtype;
+    return (char *)lamp_tensor_data(w) + p->offset * lamp_dtype_size(w->dtype);
+  }
+  *dtype = LAMP_F32;
+  return lamp_model_trainable(t->model) + p->offset;
+}
+
+/* ---- writing ------------------------------------------------------------------------------- */
+
+static lamp_status add_run_metas(lamp_trainer *t, lamp_ckpt_writer *w) {
+  char desc[8192] = "";
+  lamp_layer *root = lamp_model_root(t->model);
+  root->ops->describe(root, desc, sizeof desc);
+  lamp_status st = lamp_ckpt_add_meta_str(w, "lamp.kind", "trainer");
+  if (st == LAMP_OK) st = lamp_ckpt_add_meta_int(w, "lamp.trainer_version", TRAINER_STATE_VERSION);
+  if (st == LAMP_OK) st = lamp_ckpt_add_meta_str(w, "run.model", desc);
+  if (st == LAMP_OK) st = lamp_ckpt_add_meta_int(w, "run.param_tensors", (int64_t)lamp_model_n_params(t->model));
+  if (st == LAMP_OK) st = lamp_ckpt_add_meta_int(w, "run.numel", (int64_t)lamp_model_numel(t->model));
+  if (st == LAMP_OK) st = lamp_ckpt_add_meta_str(w, "run.precision", precision_name(t));
+  if (st == LAMP_OK) st = lamp_ckpt_add_meta_str(w, "run.optim", optim_name(t));
+  if (st == LAMP_OK) st = lamp_ckpt_add_meta_str(w, "run.comm", lamp_comm_handle(t->config.comm)->desc->name);
+  if (st == LAMP_OK) st = lamp_ckpt_add_meta_int(w, "run.world", t->stats.world);
+  if (st == LAMP_OK) st = lamp_ckpt_add_meta_int(w, "run.accum", t->config.accum);
+  if (st == LAMP_OK) st = lamp_ckpt_add_meta_int(w, "run.seed", (int64_t)t->config.seed);
+  if (st == LAMP_OK) st = lamp_ckpt_add_meta_double(w, "run.clip", t->config.clip);
+  if (st == LAMP_OK) st = lamp_ckpt_add_meta_str(w, "run.schedule", lamp_schedule_name(t->config.schedule.kind));
+  const lamp_plugin *od = lamp_optim_handle(t->config.optim)->desc;
+  for (uint32_t i = 0; st == LAMP_OK && i < od->n_params; i++) {
+    double v;
+    char key[128];
+    snprintf(key, sizeof key, "run.optim.%s", od->params[i].name);
+    if (lamp_optim_hparam(t->config.optim, od->params[i].name, &v) == 0) st = lamp_ckpt_add_meta_double(w, key, v);
+  }
+  return st;
+}
+
+static lamp_status add_state_metas(lamp_trainer *t, lamp_ckpt_writer *w) {
+  const lamp_trainer_stats *s = &t->stats;
+  lamp_status st = lamp_ckpt_add_meta_int(w, "state.steps", (int64_t)s->steps);
+  if (st == LAMP_OK) st = lamp_ckpt_add_meta_int(w, "state.skipped_steps", (int64_t)s->skipped_steps);
+  if (st == LAMP_OK) st = lamp_ckpt_add_meta_int(w, "state.micro_steps", (int64_t)s->micro_steps);
+  if (st == LAMP_OK) st = lamp_ckpt_add_meta_int(w, "state.samples", (int64_t)s->samples);
+  if (st == LAMP_OK) st = lamp_ckpt_add_meta_int(w, "state.epochs_done", (int64_t)t->epochs_done);
+  if (st == LAMP_OK) st = lamp_ckpt_add_meta_int(w, "state.epoch_open", t->epoch_open);
+  if (st == LAMP_OK) st = lamp_ckpt_add_meta_int(w, "state.epoch_batches", (int64_t)t->epoch_batches);
+  if (st == LAMP_OK) st = lamp_ckpt_add_meta_int(w, "state.epoch_global_batch", (int64_t)t->epoch_global_batch);
+  if (st == LAMP_OK) st = lamp_ckpt_add_meta_int(w, "state.forward_index", (int64_t)lamp_model_forward_index(t->model));
+  if (st == LAMP_OK) st = lamp_ckpt_add_meta_double(w, "state.last_loss", s->last_loss);
+  if (st == LAMP_OK) st = lamp_ckpt_add_meta_double(w, "state.lr", s->lr);
+  return st;
+}
+
+/*
+** Every tensor of the trainer's state, by checkpoint name, dtype, shape and place in memory, in
+** one fixed order: saving, checking and loading all walk this one list.
+*/
+typedef lamp_status (*tensor_fn)(void *ctx, const char *name, lamp_ckpt_dtype dtype, int ndim, const int64_t *shape,
+                                 void *data);
+
+static lamp_status for_each_tensor(lamp_trainer *t, tensor_fn fn, void *ctx) {
+  char name[160];
+  lamp_status st = LAMP_OK;
+  for (size_t i = 0; st == LAMP_OK && i < lamp_model_n_params(t->model); i++) {
+    const lamp_model_param *p = lamp_model_param_at(t->model, i);
+    lamp_dtype dtype;
+    void *data = param_data(t, p, &dtype);
+    snprintf(name, sizeof name, "param.%s", p->name);
+    st = fn(ctx, name, (lamp_ckpt_dtype)dtype, p->ndim, p->shape, data);
+  }
+  lamp_tensor *buffers = lamp_model_buffers(t->model);
+  for (size_t i = 0; st == LAMP_OK && i < lamp_model_n_buffers(t->model); i++) {
+    const lamp_model_buffer *b = lamp_model_buffer_at(t->model, i);
+    snprintf(name, sizeof name, "buffer.%s", b->name);
+    st = fn(ctx, name, LAMP_CKPT_F32, b->ndim, b->shape, (float *)lamp_tensor_data(buffers) + b->offset);
+  }
+  int64_t numel = (int64_t)lamp_model_numel(t->model);
+  for (uint32_t k = 0; st == LAMP_OK && k < t->n_slots; k++) {
+    snprintf(name, sizeof name, "optim.%s", t->slot_decls[k].name);
+    st = fn(ctx, name, LAMP_CKPT_F32, 1, &numel, t->slots[k]);
+  }
+  return st;
+}
+
+static lamp_status add_tensor(void *w, const char *name, lamp_ckpt_dtype dtype, int ndim, const int64_t *shape,
+                              void *data) {
+  return lamp_ckpt_add_tensor(w, name, dtype, ndim, shape, data);
+}
+
+static lamp_status add_precision_state(lamp_trainer *t, lamp_ckpt_writer *w) {
+  size_t size = 0;
+  lamp_status st = lamp_precision_save_state(t->config.precision, NULL, &size);
+  if (st != LAMP_OK || size == 0) return st;
+  void *buf = malloc(size);
+  if (buf == NULL) return lamp_error(LAMP_ERR_SYSTEM, "Trainer: out of memory for the precision state");
+  st = lamp_precision_save_state(t->config.precision, buf, &size);
+  if (st == LAMP_OK) st = lamp_ckpt_add_blob(w, "precision.state", buf, size);
+  free(buf);
+  return st;
+}
+
+static lamp_status write_rank0(lamp_trainer *t, const char *path, const char *dir, int keep, char *written,
+                               size_t written_size) {
+  lamp_ckpt_writer *w;
+  lamp_status st = lamp_ckpt_writer_new(&w);
+  if (st != LAMP_OK) return st;
+  if ((st = add_run_metas(t, w)) == LAMP_OK && (st = add_state_metas(t, w)) == LAMP_OK &&
+      (st = for_each_tensor(t, add_tensor, w)) == LAMP_OK && (st = add_precision_state(t, w)) == LAMP_OK) {
+    if (dir != NULL) {
+      st = lamp_ckpt_save_dir(w, dir, t->stats.steps + t->stats.skipped_steps, keep, written, written_size);
+    } else {
+      st = lamp_ckpt_write_atomic(w, path);
+      if (st == LAMP_OK) snprintf(written, written_size, "%s", path);
+    }
+  }
+  lamp_ckpt_writer_free(w);
+  return st;
+}
+
+/*
+** Rank 0's verdict, and the path it used, reach every rank; for the others this broadcast is
+** also the barrier that keeps them from running ahead of a checkpoint still being written.
+*/
+typedef struct verdict {
+  int32_t failed, found;
+  char path[PATH_CAP];
+} verdict;
+
+static lamp_status share_verdict(lamp_trainer *t, verdict *v, lamp_status mine, const char *what) {
+  if (t->stats.world > 1) {
+    lamp_status st = lamp_comm_broadcast(t->config.comm, v, sizeof *v, LAMP_U8, 0, LAMP_CPU);
+    if (st != LAMP_OK) return lamp_error_context(st, "Trainer: waiting for rank 0 %s", what);
+  }
+  if (rank_of(t) == 0) return mine;
+  if (v->failed) return lamp_error(LAMP_ERR_REMOTE, "Trainer: rank 0 failed %s (its log has the reason)", what);
+  return LAMP_OK;
+}
+
+static lamp_status save(lamp_trainer *t, const char *path, const char *dir, int keep, char *out, size_t out_size) {
+  if (t->micro != 0)
+    return lamp_error(LAMP_ERR_INVALID_USAGE, "Trainer: cannot save in the middle of an accumulation group (micro-step %d of %d); save between optimizer steps",
+                      t->micro, t->config.accum);
+  verdict v = {0};
+  lamp_status mine = LAMP_OK;
+  if (rank_of(t) == 0) {
+    mine = write_rank0(t, path, dir, keep, v.path, sizeof v.path);
+    v.failed = mine != LAMP_OK;
+    if (mine == LAMP_OK) lamp_log(LAMP_LOG_INFO, "trainer", "checkpoint written: %s (step %llu)", v.path,
+                                  (unsigned long long)t->stats.steps);
+  }
+  lamp_status st = share_verdict(t, &v, mine, "to write the checkpoint");
+  if (st == LAMP_OK && out != NULL) snprintf(out, out_size, "%s", v.path);
+  return st;
+}
+
+lamp_status lamp_trainer_save(lamp_trainer *t, const char *path, char *written, size_t written_size) {
+  return save(t, path, NULL, 0, written, written_size);
+}
+
+lamp_status lamp_trainer_save_dir(lamp_trainer *t, const char *dir, int keep, char *written, size_t written_size) {
+  return save(t, NULL, dir, keep, written, written_size);
+}
+
+/* ---- checking a checkpoint against this trainer -------------------------------------------- */
+
+static lamp_status expect_str(const lamp_ckpt *c, const char *key, const char *mine, const char *what) {
+  const char *theirs;
+  lamp_status st = lamp_ckpt_meta_str(c, key, &theirs);
+  if (st != LAMP_OK) return st;
+  if (strcmp(theirs, mine) != 0)
+    return lamp_error(LAMP_ERR_INVALID_USAGE, "%s: written with %s '%s', this trainer uses '%s' (resume with the same %s)",
+                      lamp_ckpt_name(c), what, theirs, mine, what);
+  return LAMP_OK;
+}
+
+static lamp_status check_kind(const lamp_ckpt *c) {
+  const char *kind;
+  int64_t version;
+  lamp_status st = lamp_ckpt_meta_str(c, "lamp.kind", &kind);
+  if (st != LAMP_OK) return st;
+  if (strcmp(kind, "trainer") != 0)
+    return lamp_error(LAMP_ERR_INVALID_USAGE, "%s: not a trainer checkpoint (lamp.kind is '%s')", lamp_ckpt_name(c), kind);
+  if ((st = lamp_ckpt_meta_int(c, "lamp.trainer_version", &version)) != LAMP_OK) return st;
+  if (version < 1 || version > TRAINER_STATE_VERSION)
+    return lamp_error(LAMP_ERR_UNSUPPORTED, "%s: trainer state version %lld is not supported by this lamp (1 to %d)",
+                      lamp_ckpt_name(c), (long long)version, TRAINER_STATE_VERSION);
+  return LAMP_OK;
+}
+
+/* The model's shape: tensor count and size first (a clear message for another network), then
+   every tensor by name, dtype and shape as it is read. */
+static lamp_status check_model(const lamp_trainer *t, const lamp_ckpt *c) {
+  int64_t tensors, numel;
+  const char *desc;
+  lamp_status st = lamp_ckpt_meta_int(c, "run.param_tensors", &tensors);
+  if (st == LAMP_OK) st = lamp_ckpt_meta_int(c, "run.numel", &numel);
+  if (st == LAMP_OK) st = lamp_ckpt_meta_str(c, "run.model", &desc);
+  if (st != LAMP_OK) return st;
+  if ((uint64_t)tensors != lamp_model_n_params(t->model) || (uint64_t)numel != lamp_model_numel(t->model))
+    return lamp_error(LAMP_ERR_INVALID_USAGE, "%s: the checkpoint's model has %lld parameters in %lld tensors, this one %zu in %zu; it was saved from:\n%s",
+                      lamp_ckpt_name(c), (long long)numel, (long long)tensors, lamp_model_numel(t->model),
+                      lamp_model_n_params(t->model), desc);
+  return LAMP_OK;
+}
+
+/* Differences that are allowed but change the run: said once, on rank 0. */
+static lamp_status note_changes(const lamp_trainer *t, const lamp_ckpt *c) {
+  int64_t world, accum;
+  lamp_status st = lamp_ckpt_meta_int(c, "run.world", &world);
+  if (st == LAMP_OK) st = lamp_ckpt_meta_int(c, "run.accum", &accum);
+  if (st != LAMP_OK) return st;
+  if (world != t->stats.world)
+    lamp_log(LAMP_LOG_WARN, "trainer", "%s was written by %lld rank%s, resuming on %d: allowed because the optimizer state is not sharded (every rank holds all of it); the epoch continues at the same sample",
+             lamp_ckpt_name(c), (long long)world, world == 1 ? "" : "s", t->stats.world);
+  if (accum != t->config.accum)
+    lamp_log(LAMP_LOG_WARN, "trainer", "%s was written with accum %lld, resuming with accum %d: the effective batch changes",
+             lamp_ckpt_name(c), (long long)accum, t->config.accum);
+  const lamp_plugin *od = lamp_optim_handle(t->config.optim)->desc;
+  for (uint32_t i = 0; i < od->n_params; i++) {
+    char key[128];
+    double theirs, mine;
+    snprintf(key, sizeof key, "run.optim.%s", od->params[i].name);
+    if (!lamp_ckpt_has_meta(c, key) || lamp_ckpt_meta_double(c, key, &theirs) != LAMP_OK) continue;
+    if (lamp_optim_hparam(t->config.optim, od->params[i].name, &mine) == 0 && mine != theirs)
+      lamp_log(LAMP_LOG_WARN, "trainer", "%s: optimizer option '%s' was %g, now %g", lamp_ckpt_name(c),
+               od->params[i].name, theirs, mine);
+  }
+  return LAMP_OK;
+}
+
+/* ---- reading into the trainer (rank 0) ------------------------------------------------------ */
+
+/* Every tensor this trainer needs, by name, dtype and shape: all are checked first, and only
+   then copied, so a checkpoint that fails halfway changes nothing. */
+static lamp_status check_tensor(void *c, const char *name, lamp_ckpt_dtype dtype, int ndim, const int64_t *shape,
+                                void *data) {
+  (void)data;
+  return lamp_ckpt_check_tensor(c, name, dtype, ndim, shape);
+}
+
+static lamp_status read_tensor(void *c, const char *name, lamp_ckpt_dtype dtype, int ndim, const int64_t *shape,
+                               void *data) {
+  return lamp_ckpt_read_tensor(c, name, dtype, ndim, shape, data);
+}
+
+static int has_entry(const lamp_ckpt *c, const char *name) {
+  for (size_t i = 0; i < lamp_ckpt_entry_count(c); i++)
+    if (strcmp(lamp_ckpt_entry_at(c, i)->name, name) == 0) return 1;
+  return 0;
+}
+
+/* The precision plugin's saved state: present exactly when this plugin keeps one. */
+static lamp_status read_precision_blob(lamp_trainer *t, const lamp_ckpt *c, void **blob, uint64_t *size) {
+  size_t wanted = 0;
+  lamp_status st = lamp_precision_save_state(t->config.precision, NULL, &wanted);
+  if (st != LAMP_OK) return st;
+  if (!has_entry(c, "precision.state")) {
+    if (wanted > 0)
+      return lamp_error(LAMP_ERR_INVALID_USAGE, "%s: no precision.state entry, but precision '%s' keeps a state (the loss scaler)",
+                        lamp_ckpt_name(c), precision_name(t));
+    return LAMP_OK;
+  }
+  const void *data;
+  size_t n;
+  if ((st = lamp_ckpt_blob(c, "precision.state", &data, &n)) != LAMP_OK || n == 0) return st;
+  if ((*blob = malloc(n)) == NULL) return lamp_error(LAMP_ERR_SYSTEM, "Trainer: out of memory for the precision state");
+  memcpy(*blob, data, n);
+  *size = n;
+  return LAMP_OK;
+}
+
+/* The counters, as one plain struct so that rank 0 can broadcast them. */
+typedef struct counters {
+  uint64_t steps, skipped_steps, micro_steps, samples, epochs_done, epoch_batches, epoch_global_batch, forward_index;
+  int64_t epoch_open;
+  double last_loss, lr;
+  uint64_t precision_bytes;
+} counters;
+
+static lamp_status read_u64(const lamp_ckpt *c, const char *key, uint64_t *out) {
+  int64_t v;
+  lamp_status st = lamp_ckpt_meta_int(c, key, &v);
+  if (st != LAMP_OK) return st;
+  if (v < 0) return lamp_error(LAMP_ERR_INVALID_USAGE, "%s: %s is %lld, expected >= 0", lamp_ckpt_name(c), key, (long long)v);
+  *out = (uint64_t)v;
+  return LAMP_OK;
+}
+
+static lamp_status read_counters(const lamp_ckpt *c, counters *k) {
+  lamp_status st = read_u64(c, "state.steps", &k->steps);
+  if (st == LAMP_OK) st = read_u64(c, "state.skipped_steps", &k->skipped_steps);
+  if (st == LAMP_OK) st = read_u64(c, "state.micro_steps", &k->micro_steps);
+  if (st == LAMP_OK) st = read_u64(c, "state.samples", &k->samples);
+  if (st == LAMP_OK) st = read_u64(c, "state.epochs_done", &k->epochs_done);
+  if (st == LAMP_OK) st = read_u64(c, "state.epoch_batches", &k->epoch_batches);
+  if (st == LAMP_OK) st = read_u64(c, "state.epoch_global_batch", &k->epoch_global_batch);
+  if (st == LAMP_OK) st = read_u64(c, "state.forward_index", &k->forward_index);
+  if (st == LAMP_OK) st = lamp_ckpt_meta_int(c, "state.epoch_open", &k->epoch_open);
+  if (st == LAMP_OK) st = lamp_ckpt_meta_double(c, "state.last_loss", &k->last_loss);
+  if (st == LAMP_OK) st = lamp_ckpt_meta_double(c, "state.lr", &k->lr);
+  if (st != LAMP_OK) return st;
+  if (k->epoch_open != 0 && k->epoch_open != 1)
+    return lamp_error(LAMP_ERR_INVALID_USAGE, "%s: state.epoch_open is %lld, expected 0 or 1", lamp_ckpt_name(c),
+                      (long long)k->epoch_open);
+  if (k->epoch_open && k->epoch_global_batch == 0)
+    return lamp_error(LAMP_ERR_INVALID_USAGE, "%s: state.epoch_global_batch is 0 in an open epoch", lamp_ckpt_name(c));
+  return LAMP_OK;
+}
+
+static void apply_counters(lamp_trainer *t, const counters *k) {
+  t->stats.steps = k->steps;
+  t->stats.skipped_steps = k->skipped_steps;
+  t->stats.micro_steps = k->micro_steps;
+  t->stats.samples = k->samples;
+  t->stats.last_loss = k->last_loss;
+  t->stats.lr = k->lr;
+  t->epochs_done = k->epochs_done;
+  t->epoch_open = (int)k->epoch_open;
+  t->epoch_batches = k->epoch_batches;
+  t->epoch_global_batch = k->epoch_global_batch;
+  t->micro = 0;
+  lamp_model_set_forward_index(t->model, k->forward_index);
+}
+
+/* Everything is checked before anything is copied; the counters are applied last, on every
+   rank alike (apply_state), so the trainer is either restored or unchanged. */
+static lamp_status load_rank0(lamp_trainer *t, const char *path, counters *k, void **blob) {
+  lamp_ckpt *c;
+  lamp_status st = lamp_ckpt_open(&c, path);
+  if (st != LAMP_OK) return st;
+  if ((st = check_kind(c)) == LAMP_OK && (st = expect_str(c, "run.precision", precision_name(t), "precision")) == LAMP_OK &&
+      (st = expect_str(c, "run.optim", optim_name(t), "optimizer")) == LAMP_OK && (st = check_model(t, c)) == LAMP_OK &&
+      (st = read_counters(c, k)) == LAMP_OK && (st = for_each_tensor(t, check_tensor, c)) == LAMP_OK &&
+      (st = read_precision_blob(t, c, blob, &k->precision_bytes)) == LAMP_OK && (st = note_changes(t, c)) == LAMP_OK)
+    st = for_each_tensor(t, read_tensor, c);
+  lamp_ckpt_close(c);
+  return st;
+}
+
+/* ---- spreading rank 0's state ------------------------------------------------------------- */
+
+static lamp_status broadcast_state(lamp_trainer *t, counters *k, void **blob) {
+  lamp_comm *comm = t->config.comm;
+  lamp_status st = lamp_comm_broadcast(comm, k, sizeof *k, LAMP_U8, 0, LAMP_CPU);
+  if (st != LAMP_OK) return st;
+  lamp_model *m = t->model;
+  size_t numel = lamp_model_numel(m);
+  /* The fp32 slab, then (without masters) the 16-bit weights that are the truth there. */
+  if ((st = lamp_comm_broadcast(comm, lamp_model_trainable(m), numel, LAMP_F32, 0, LAMP_CPU)) != LAMP_OK) return st;
+  lamp_tensor *w = lamp_model_weights(m);
+  if (lamp_model_master(m) == NULL && w->dtype != LAMP_F32 &&
+      (st = lamp_comm_broadcast(comm, lamp_tensor_data(w), numel, w->dtype, 0, LAMP_CPU)) != LAMP_OK)
+    return st;
+  lamp_tensor *b = lamp_model_buffers(m);
+  if (b != NULL && (st = lamp_comm_broadcast(comm, lamp_tensor_data(b), lamp_tensor_numel(b), LAMP_F32, 0, LAMP_CPU)) != LAMP_OK)
+    return st;
+  for (uint32_t i = 0; i < t->n_slots; i++)
+    if ((st = lamp_comm_broadcast(comm, t->slots[i], numel, LAMP_F32, 0, LAMP_CPU)) != LAMP_OK) return st;
+  if (k->precision_bytes == 0) return LAMP_OK;
+  if (*blob == NULL && (*blob = malloc(k->precision_bytes)) == NULL)
+    return lamp_error(LAMP_ERR_SYSTEM, "Trainer: out of memory for the precision state");
+  return lamp_comm_broadcast(comm, *blob, k->precision_bytes, LAMP_U8, 0, LAMP_CPU);
+}
+
+/* Every rank: derived copies (16-bit weights from the masters) and the plugin's state. */
+static lamp_status apply_state(lamp_trainer *t, const counters *k, const void *blob) {
+  lamp_status st = lamp_model_begin_update(t->model); /* without masters: staging <- weights */
+  if (st == LAMP_OK) st = lamp_model_sync_weights(t->model);
+  if (st == LAMP_OK && k->precision_bytes > 0)
+    st = lamp_precision_load_state(t->config.precision, blob, (size_t)k->precision_bytes);
+  if (st != LAMP_OK) return st;
+  apply_counters(t, k);
+  lamp_scaler_stats s = {.struct_size = sizeof s};
+  if (lamp_precision_stats(t->config.precision, &s) == LAMP_OK) t->stats.loss_scale = s.scale;
+  return LAMP_OK;
+}
+
+/* A file, or the newest complete checkpoint of a folder (none there: *found = 0). */
+static lamp_status resolve(const char *path_or_dir, char *path, size_t size, int *found) {
+  struct stat sb;
+  *found = 0;
+  if (stat(path_or_dir, &sb) != 0)
+    return lamp_error(LAMP_ERR_INVALID_USAGE, "cannot resume from %s: %s", path_or_dir, strerror(errno));
+  if (!S_ISDIR(sb.st_mode)) {
+    *found = 1;
+    snprintf(path, size, "%s", path_or_dir);
+    return LAMP_OK;
+  }
+  uint64_t step;
+  return lamp_ckpt_latest(path_or_dir, path, size, &step, found);
+}
+
+lamp_status lamp_trainer_resume(lamp_trainer *t, const char *path_or_dir, char *used, size_t used_size, int *found) {
+  if (t->micro != 0)
+    return lamp_error(LAMP_ERR_INVALID_USAGE, "Trainer: cannot resume in the middle of an accumulation group (micro-step %d of %d)",
+                      t->micro, t->config.accum);
+  verdict v = {0};
+  counters k = {0};
+  void *blob = NULL;
+  lamp_status mine = LAMP_OK;
+  if (rank_of(t) == 0) {
+    int got = 0;
+    mine = resolve(path_or_dir, v.path, sizeof v.path, &got);
+    v.found = got;
+    if (mine == LAMP_OK && got) mine = load_rank0(t, v.path, &k, &blob);
+    v.failed = mine != LAMP_OK;
+  }
+  lamp_status st = share_verdict(t, &v, mine, "to read the checkpoint");
+  if (st == LAMP_OK && v.found) {
+    if (t->stats.world > 1) st = broadcast_state(t, &k, &blob);
+    if (st == LAMP_OK) st = apply_state(t, &k, blob);
+    if (st == LAMP_OK)
+      lamp_log(LAMP_LOG_INFO, "trainer", "resumed from %s: step %llu, epoch %llu%s", v.path,
+               (unsigned long long)t->stats.steps, (unsigned long long)t->epochs_done + 1,
+               t->epoch_open ? " (continuing it)" : "");
+  }
+  free(blob);
+  if (found != NULL) *found = v.found;
+  if (st == LAMP_OK && used != NULL) snprintf(used, used_size, "%s", v.found ? v.path : "");
+  return st;
+}

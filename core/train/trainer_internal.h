@@ -1,0 +1,35 @@
+/*
+** The trainer's state, shared by the files of core/train that need it (the step in trainer.c,
+** checkpoints in trainer_checkpoint.c). Nothing outside core/train includes this.
+*/
+#ifndef LAMP_TRAIN_TRAINER_INTERNAL_H
+#define LAMP_TRAIN_TRAINER_INTERNAL_H
+
+#include "train/grad_buckets.h"
+#include "train/trainer.h"
+
+struct lamp_trainer {
+  lamp_trainer_config config;
+  lamp_model *model;
+  lamp_precision_policy policy;
+  double base_lr;
+
+  lamp_optim_slot slot_decls[LAMP_OPTIM_MAX_SLOTS];
+  float *slots[LAMP_OPTIM_MAX_SLOTS];
+  uint32_t n_slots;
+  lamp_optim_segment *segments;
+  size_t n_segments;
+
+  lamp_tensor *dlogits;       /* gradient of the loss w.r.t. the model output */
+  lamp_grad_buckets buckets;  /* the all-reduce of the gradient slab, cut to overlap backward */
+  int micro;                  /* micro-steps done in the current accumulation group */
+  uint64_t epochs_done;
+  /* An epoch stopped early (max_steps) or restored from a checkpoint: the next call to
+     lamp_trainer_train continues it at batch epoch_batches instead of starting a new one. */
+  int epoch_open;
+  uint64_t epoch_batches;     /* per-rank batches of the open epoch already trained on */
+  uint64_t epoch_global_batch; /* samples per batch over all ranks when they were counted */
+  lamp_trainer_stats stats;
+};
+
+#endif

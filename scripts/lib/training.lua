@@ -1,0 +1,57 @@
+-- What the training scripts share (require "training" after adding scripts/lib to
+-- package.path): the optimizer from --optim/--lr/--wd/--momentum, the per-rank batch, the epoch
+-- loop with --save/--save_every/--keep/--resume, and the memory ledger table.
+local M = {}
+
+-- adam/adamw: lr 1e-3, weight decay 0.01 unless given; sgd: lr `sgd_lr` (0.05) with momentum.
+function M.optimizer(lamp, args, sgd_lr)
+  local name = args.optim
+  local adam = name == "adam" or name == "adamw"
+  local lr = args.lr == "auto" and (adam and 1e-3 or sgd_lr or 0.05) or args.lr
+  local wd = args.wd == "auto" and (adam and 0.01 or 0) or args.wd
+  if adam then return lamp.optim(name, { lr = lr, weight_decay = wd }) end
+  if name == "sgd" then return lamp.optim(name, { lr = lr, momentum = args.momentum, weight_decay = wd }) end
+  return lamp.optim(name, { lr = lr }) -- a third-party optimizer: only lr is assumed
+end
+
+-- --batch is the global batch: each of the ranks takes an equal share.
+function M.rank_batch(batch, comm)
+  local world = comm:size()
+  if batch % world ~= 0 then
+    error(string.format("--batch=%d (the global batch) must be a multiple of the %d ranks", batch, world), 0)
+  end
+  return batch // world
+end
+
+-- Resumes if asked, then trains until args.epochs epochs are done, saving into args.save (if
+-- set) every args.save_every optimizer steps and at the end of every epoch, evaluating and
+-- logging after every epoch. Returns the last evaluation.
+function M.run(lamp, trainer, loader, test_loader, args)
+  if args.resume ~= "" then
+    local from = trainer:resume(args.resume)
+    lamp.log0(from and ("resumed from " .. from) or ("no checkpoint in " .. args.resume .. ": starting afresh"))
+  end
+  local last
+  while trainer:stats().epochs < args.epochs do
+    local epoch = trainer:stats().epochs + 1
+    local r = trainer:epoch(loader, { max_steps = args.save ~= "" and args.save_every or 0 })
+    if args.save ~= "" then trainer:save { dir = args.save, keep = args.keep } end
+    if r.done then
+      last = trainer:evaluate(test_loader)
+      lamp.log0(string.format("epoch %d  train loss %.4f  test loss %.4f  test accuracy %.2f %%  %.0f samples/s",
+        epoch, r.loss, last.loss, 100 * last.accuracy, r.samples_per_s))
+    end
+  end
+  return last or trainer:evaluate(test_loader)
+end
+
+-- The memory ledger, current and peak MiB per category (call on one rank).
+function M.print_memory(lamp)
+  local mem = lamp.memory()
+  print("memory (MiB)        current      peak")
+  for _, k in ipairs { "params", "grads", "master", "optim_state", "activations", "workspace", "data", "total" } do
+    print(string.format("  %-14s %9.2f %9.2f", k, mem[k].current / 1048576, mem[k].peak / 1048576))
+  end
+end
+
+return M

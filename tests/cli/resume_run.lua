@@ -1,0 +1,39 @@
+-- A short training run for the resume tests (tests/cli/test_resume.sh, tests/mpi/test_resume.sh):
+-- trains --steps optimizer steps on a Fashion-MNIST subset, optionally after resuming from
+-- --resume, and saves the final state to --save. Two runs of 10 steps with a save and a resume
+-- in between must leave a checkpoint byte-identical to one run of 20.
+local lamp = require "lamp"
+local nn = lamp.nn
+local args = lamp.parse_args(arg, { precision = "fp32", optim = "sgd", accum = 1, steps = 20, save = "",
+                                    resume = "", limit = 512, batch = 32, seed = 3, net = "mlp" })
+
+local comm = lamp.comm("auto")
+-- fp16: a scale that overflows at once and grows every 3 clean steps, so the window of a
+-- resume test sees the scale move both ways and the scaler's counters matter.
+local prec_opts = args.precision == "fp16" and { init_scale = 2 ^ 24, growth_interval = 3 } or nil
+local precision = lamp.precision(args.precision, prec_opts)
+local optim = args.optim == "sgd" and lamp.optim("sgd", { lr = 0.05, momentum = 0.9, weight_decay = 1e-4 })
+                                   or lamp.optim(args.optim, { lr = 2e-3, weight_decay = 0.01 })
+
+local train = lamp.data.idx("fashion-mnist", "train"):subset(1, args.limit)
+local loader = lamp.data.loader(train, { batch = args.batch // comm:size(), shuffle = true, drop_last = true,
+                                         seed = args.seed, comm = comm })
+local model
+if args.net == "cnn" then
+  model = nn.Sequential { nn.Conv2d(1, 8, 3, { padding = 1, bias = false }), nn.BatchNorm2d(8), nn.ReLU(),
+                          nn.MaxPool2d(2), nn.Dropout(0.1), nn.GlobalAvgPool(), nn.Flatten(), nn.Linear(8, 10) }
+else
+  model = nn.Sequential { nn.Linear(784, 64), nn.ReLU(), nn.Dropout(0.1), nn.Linear(64, 10) }
+end
+local trainer = lamp.Trainer { model = model, loss = nn.CrossEntropy(), precision = precision, comm = comm,
+                               optim = optim, seed = args.seed, accum = args.accum,
+                               schedule = lamp.lr.cosine { total = 40 } }
+if args.resume ~= "" then
+  assert(trainer:resume(args.resume), "no checkpoint in " .. args.resume)
+end
+local function taken() local s = trainer:stats() return s.steps + s.skipped_steps end
+local goal = taken() + args.steps
+while taken() < goal do trainer:epoch(loader, { max_steps = goal - taken() }) end
+if args.save ~= "" then trainer:save(args.save) end
+local s = trainer:stats()
+lamp.log0(string.format("steps %d skipped %d scale %g epochs %d", s.steps, s.skipped_steps, s.loss_scale, s.epochs))
