@@ -1,14 +1,17 @@
--- Trains the same MLP under fp32, fp16 and bf16 (same seed, same data order) and prints one
--- table: test accuracy, samples/s, skipped steps, final loss scale, and the memory ledger's
--- peak bytes per category during training.
+-- Trains the same networks under fp32, fp16 and bf16 (same seed, same data order) and prints
+-- one table per network: test accuracy, samples/s, skipped steps, final loss scale, and the
+-- memory ledger's peak bytes per category during training. The networks are the reference
+-- MLP (784-1024-1024-10) and the small ResNet of scripts/lib/resnet.lua.
 --
---   build/lamp scripts/precision_tour.lua [--epochs=1] [--batch=128] [--seed=0] [--hidden=1024,1024]
---       [--policies=fp32,fp16,bf16] [--limit=N]
+--   build/lamp scripts/precision_tour.lua [--nets=mlp,resnet] [--epochs=1] [--resnet_epochs=1]
+--       [--batch=128] [--seed=0] [--hidden=1024,1024] [--policies=fp32,fp16,bf16] [--limit=N]
+package.path = arg[0]:gsub("[^/]*$", "") .. "lib/?.lua;" .. package.path
 local lamp = require "lamp"
+local resnet = require "resnet"
 local nn = lamp.nn
 
-local args = lamp.parse_args(arg, { epochs = 1, batch = 128, seed = 0, hidden = "1024,1024",
-                                    policies = "fp32,fp16,bf16", limit = 0, lr = 0.05 })
+local args = lamp.parse_args(arg, { epochs = 1, resnet_epochs = 1, batch = 128, seed = 0, hidden = "1024,1024",
+                                    policies = "fp32,fp16,bf16", nets = "mlp,resnet", limit = 0, lr = 0.05 })
 
 local function list(spec)
   local out = {}
@@ -21,7 +24,9 @@ if args.limit > 0 then train = train:subset(1, math.min(args.limit, train:size()
 local test = lamp.data.idx("fashion-mnist", "t10k")
 local comm = lamp.comm("single")
 
-local function build_model()
+local function build_model(net)
+  if net == "resnet" then return resnet.build(nn, 1, 10) end
+  if net ~= "mlp" then error("--nets: expected mlp and/or resnet, got " .. tostring(net), 0) end
   local layers, width = {}, 784
   for _, h in ipairs(list(args.hidden)) do
     layers[#layers + 1] = nn.Linear(width, math.tointeger(tonumber(h)))
@@ -34,19 +39,19 @@ end
 
 local categories = { "params", "grads", "master", "optim_state", "activations", "workspace" }
 
-local function run(policy)
+local function run(net, policy, epochs)
   collectgarbage()
   local loader = lamp.data.loader(train, { batch = args.batch, shuffle = true, drop_last = true, seed = args.seed })
-  local test_loader = lamp.data.loader(test, { batch = 1000 })
+  local test_loader = lamp.data.loader(test, { batch = args.batch }) -- so eval does not set the peaks
   local before = lamp.memory()
   lamp.reset_memory_peaks()
   local trainer <close> = lamp.Trainer {
-    model = build_model(), loss = nn.CrossEntropy(), precision = lamp.precision(policy), comm = comm,
+    model = build_model(net), loss = nn.CrossEntropy(), precision = lamp.precision(policy), comm = comm,
     optim = lamp.optim("sgd", { lr = args.lr, momentum = 0.9 }),
-    schedule = lamp.lr.cosine { total = loader:batches() * args.epochs }, seed = args.seed,
+    schedule = lamp.lr.cosine { total = loader:batches() * epochs }, seed = args.seed,
   }
   local samples, seconds = 0, 0
-  for _ = 1, args.epochs do
+  for _ = 1, epochs do
     local r = trainer:epoch(loader)
     samples, seconds = samples + r.samples, seconds + r.seconds
   end
@@ -65,23 +70,31 @@ local function run(policy)
   return row
 end
 
-local rows = {}
-for _, policy in ipairs(list(args.policies)) do rows[#rows + 1] = run(policy) end
-
 local function mib(b) return string.format("%8.2f", b / 1048576) end
-print(string.format("\n%-6s %9s %10s %8s %8s | %8s %8s %8s %8s %8s %8s %8s", "policy", "test acc",
-  "samples/s", "skipped", "scale", "params", "grads", "master", "optim", "activ", "work", "total"))
-print(string.rep("-", 6 + 9 + 10 + 8 + 8 + 4 + 7 * 9 + 1))
-for _, r in ipairs(rows) do
-  print(string.format("%-6s %8.2f%% %10.0f %8d %8g | %s %s %s %s %s %s %s", r.policy, 100 * r.accuracy, r.sps,
-    r.skipped, r.scale, mib(r.bytes.params), mib(r.bytes.grads), mib(r.bytes.master),
-    mib(r.bytes.optim_state), mib(r.bytes.activations), mib(r.bytes.workspace), mib(r.bytes.total)))
+
+local function report(net, epochs, rows)
+  print(string.format("\n%s, %d epoch%s, batch %d", net, epochs, epochs == 1 and "" or "s", args.batch))
+  print(string.format("%-6s %9s %10s %8s %8s | %8s %8s %8s %8s %8s %8s %8s", "policy", "test acc",
+    "samples/s", "skipped", "scale", "params", "grads", "master", "optim", "activ", "work", "total"))
+  print(string.rep("-", 6 + 9 + 10 + 8 + 8 + 4 + 7 * 9 + 1))
+  for _, r in ipairs(rows) do
+    print(string.format("%-6s %8.2f%% %10.0f %8d %8g | %s %s %s %s %s %s %s", r.policy, 100 * r.accuracy, r.sps,
+      r.skipped, r.scale, mib(r.bytes.params), mib(r.bytes.grads), mib(r.bytes.master),
+      mib(r.bytes.optim_state), mib(r.bytes.activations), mib(r.bytes.workspace), mib(r.bytes.total)))
+  end
+  print("(memory: peak MiB per ledger category while training; total = their sum)")
+  local base = rows[1]
+  for i = 2, #rows do
+    local r = rows[i]
+    print(string.format("%s vs %s: accuracy %+.2f points, speed %.2fx, activations %.0f %%, total memory %.0f %%",
+      r.policy, base.policy, 100 * (r.accuracy - base.accuracy), r.sps / base.sps,
+      100 * r.bytes.activations / base.bytes.activations, 100 * r.bytes.total / base.bytes.total))
+  end
 end
-print("(memory: peak MiB per ledger category while training; total = their sum)")
-local base = rows[1]
-for i = 2, #rows do
-  local r = rows[i]
-  print(string.format("%s vs %s: accuracy %+.2f points, speed %.2fx, activations %.0f %%, total memory %.0f %%",
-    r.policy, base.policy, 100 * (r.accuracy - base.accuracy), r.sps / base.sps,
-    100 * r.bytes.activations / base.bytes.activations, 100 * r.bytes.total / base.bytes.total))
+
+for _, net in ipairs(list(args.nets)) do
+  local epochs = net == "resnet" and args.resnet_epochs or args.epochs
+  local rows = {}
+  for _, policy in ipairs(list(args.policies)) do rows[#rows + 1] = run(net, policy, epochs) end
+  report(net, epochs, rows)
 end
