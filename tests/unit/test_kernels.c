@@ -526,6 +526,28 @@ static void unscale_finds_each_non_finite(void **state) {
   assert_string_equal(lamp_last_error(), "unscale_and_check: found_inf is NULL");
 }
 
+/* Slabs large enough to be split over two threads (split.c): a non-finite value in either half,
+   at the cut or at the very end is found, and every element is scaled exactly once. */
+static void unscale_large_slab_both_halves(void **state) {
+  (void)state;
+  const size_t n = 1000003, cut = (n / 2) & ~(size_t)15;
+  const size_t positions[] = {0, cut - 1, cut, n - 1};
+  float *g = malloc(n * sizeof *g);
+  assert_non_null(g);
+  for (size_t p = 0; p <= 4; p++) {
+    for (size_t i = 0; i < n; i++) g[i] = (float)(i % 97) - 48.0f;
+    if (p < 4) g[positions[p]] = p % 2 ? NAN : -INFINITY;
+    for (int s = 0; s < 2; s++) {
+      int found = 0;
+      assert_int_equal(lamp_unscale_and_check(LAMP_CPU, g, n, s ? 1.0f : 0.5f, &found), LAMP_OK);
+      assert_int_equal(found, p < 4);
+    }
+    for (size_t i = 0; i < n; i++)
+      if (p == 4 || i != positions[p]) assert_true(g[i] == ((float)(i % 97) - 48.0f) * 0.5f);
+  }
+  free(g);
+}
+
 /* ---- every kernel refuses a device this build lacks, by name ------------------------------ */
 
 #define ASSERT_UNSUPPORTED(call, name)                                                           \
@@ -577,6 +599,7 @@ int main(void) {
       cmocka_unit_test(cross_entropy_propagates_inf_and_nan),
       cmocka_unit_test(unscale_clean_input),
       cmocka_unit_test(unscale_finds_each_non_finite),
+      cmocka_unit_test(unscale_large_slab_both_halves),
       cmocka_unit_test(other_devices_are_unsupported),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);

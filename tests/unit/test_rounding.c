@@ -433,6 +433,25 @@ static void round_through_matches_kernels(void **state) {
   assert_memory_equal(dst, s.v, n * sizeof *dst);
   /* n == 0: nothing read or written, NULL allowed */
   assert_int_equal(lamp_round_through(LAMP_CPU, NULL, NULL, LAMP_F16, 0), LAMP_OK);
+  /* A slab large enough to be rounded in two halves on two threads: the same bits throughout,
+     the cut (at an element multiple of 16) included, and nothing written past the end. */
+  const size_t big = 1000003;
+  float *in = malloc(big * sizeof *in), *out = malloc((big + 1) * sizeof *out), *ref = malloc(big * sizeof *ref);
+  assert_non_null(in);
+  assert_non_null(out);
+  assert_non_null(ref);
+  for (size_t i = 0; i < big; i++) in[i] = s.v[i % n];
+  for (int k = 0; k < 2; k++) {
+    const format *f = &FORMATS[k];
+    out[big] = float_of(GUARD);
+    assert_int_equal(lamp_round_through(LAMP_CPU, out, in, f->dtype, big), LAMP_OK);
+    f->round(ref, in, big);
+    assert_memory_equal(out, ref, big * sizeof *out);
+    assert_int_equal(bits_of(out[big]), GUARD);
+  }
+  free(in);
+  free(out);
+  free(ref);
   assert_int_equal(lamp_round_through(LAMP_CPU, NULL, NULL, LAMP_F32, 0), LAMP_OK);
   free(dst);
   free(want);

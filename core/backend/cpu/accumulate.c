@@ -27,6 +27,19 @@ static lamp_status check_args(const char *fn, lamp_device device, float *dst, co
   return s;
 }
 
+typedef struct rounding {
+  float *dst;
+  const float *src;
+  lamp_dtype via;
+} rounding;
+
+static void round_range(void *ctx, size_t part, size_t begin, size_t end) {
+  (void)part;
+  const rounding *r = ctx;
+  if (r->via == LAMP_F16) lamp_round_f16_n(r->dst + begin, r->src + begin, end - begin);
+  else lamp_round_bf16_n(r->dst + begin, r->src + begin, end - begin);
+}
+
 lamp_status lamp_round_through(lamp_device device, float *dst, const float *src, lamp_dtype via, size_t n) {
   lamp_status s = check_args("round_through", device, dst, src, via, n);
   if (s != LAMP_OK) return s;
@@ -34,9 +47,8 @@ lamp_status lamp_round_through(lamp_device device, float *dst, const float *src,
     if (dst != src && n > 0) memmove(dst, src, n * sizeof *dst);
     return LAMP_OK;
   }
-  if (via == LAMP_F16) lamp_round_f16_n(dst, src, n);
-  else lamp_round_bf16_n(dst, src, n);
-  return LAMP_OK;
+  rounding r = {dst, src, via};
+  return lamp_cpu_split_pass(n, round_range, &r);
 }
 
 lamp_status lamp_accumulate_rounded(lamp_device device, float *dst, const float *src, lamp_dtype via, size_t n) {

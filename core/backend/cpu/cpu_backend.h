@@ -82,4 +82,12 @@ static inline void lamp_cpu_argmax_fold(const float *x, size_t n, size_t base, f
 /* Frees the calling thread's GEMM workspace (it is also freed when the thread exits). */
 void lamp_cpu_gemm_release_workspace(void);
 
+/*
+** fn(ctx, part, begin, end) over [0, n): in one call for small n, else in two halves (part 0
+** and 1) on two threads when OpenBLAS is allowed two (split.c). Only for elementwise passes,
+** whose results cannot depend on the split.
+*/
+typedef void (*lamp_range_fn)(void *ctx, size_t part, size_t begin, size_t end);
+lamp_status lamp_cpu_split_pass(size_t n, lamp_range_fn fn, void *ctx);
+
 #endif

@@ -62,13 +62,27 @@ static int check_f32(const float *g, size_t n) {
   return bad;
 }
 
+typedef struct pass {
+  float *g;
+  float inv_scale;
+  int bad[2]; /* per half */
+} pass;
+
+static void unscale_range(void *ctx, size_t part, size_t begin, size_t end) {
+  pass *p = ctx;
+  float *g = p->g + begin;
+  p->bad[part] = p->inv_scale == 1.0f ? check_f32(g, end - begin) : unscale_f32(g, end - begin, p->inv_scale);
+}
+
 lamp_status lamp_unscale_and_check(lamp_device device, float *g, size_t n, float inv_scale,
                                    int *found_inf) {
   if (device != LAMP_CPU) return lamp_cpu_unsupported_device("unscale_and_check", device);
   lamp_status s = lamp_cpu_check_data("unscale_and_check", "g", g, n);
   if (s == LAMP_OK) s = lamp_cpu_check_data("unscale_and_check", "found_inf", found_inf, 1);
   if (s != LAMP_OK) return s;
-  int bad = inv_scale == 1.0f ? check_f32(g, n) : unscale_f32(g, n, inv_scale);
-  if (bad) *found_inf = 1; /* never cleared here: callers accumulate over several buffers */
+  pass p = {g, inv_scale, {0, 0}};
+  s = lamp_cpu_split_pass(n, unscale_range, &p);
+  if (s != LAMP_OK) return s;
+  if (p.bad[0] | p.bad[1]) *found_inf = 1; /* never cleared here: callers accumulate over several buffers */
   return LAMP_OK;
 }
