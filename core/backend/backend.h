@@ -110,6 +110,25 @@ lamp_status lamp_im2col(lamp_device device, float *col, size_t ldcol, const floa
 lamp_status lamp_col2im(lamp_device device, float *x, size_t image_stride, const float *col, size_t ldcol,
                         size_t n_images, const lamp_conv_geom *g);
 
+/*
+** Direct convolution of one image with a 3x3 kernel, stride 1, padding 1 (so out_h = height,
+** out_w = width), where the device has a kernel for it
+** (lamp_conv_direct_supported): out[o][p] = sum_r wt[r][o] * col[r][p] for o < n_out, with col
+** the columns lamp_im2col would make for g, never formed. x: g->channels planes, contiguous;
+** out rows ld_out apart; wt is [channels * kernel_h * kernel_w][ldw], ldw =
+** lamp_conv_direct_width(n_out) (columns from n_out on are read, their results dropped: zero
+** them); work holds lamp_conv_direct_work(g) floats. Sums are fp32, in order over r.
+*/
+int lamp_conv_direct_supported(lamp_device device, const lamp_conv_geom *g);
+size_t lamp_conv_direct_width(size_t n_out);
+size_t lamp_conv_direct_work(const lamp_conv_geom *g);
+lamp_status lamp_conv_direct(lamp_device device, float *out, size_t ld_out, const float *x, const float *wt,
+                             size_t ldw, size_t n_out, const lamp_conv_geom *g, float *work);
+/* Its weight gradient for one image, same geometry: gw[o][r] = sum_p dy[o][p] * col[r][p] for
+   o < n_out (rows ldg apart), added to gw when `accumulate`, else written; dy [n_out][plane]. */
+lamp_status lamp_conv_direct_grad(lamp_device device, float *gw, size_t ldg, const float *x, const float *dy,
+                                  size_t n_out, const lamp_conv_geom *g, float *work, int accumulate);
+
 /* dst[c][s * plane + p] = src[s * image_stride + c * plane + p] for c < channels, widened to fp32:
    a batch of NCHW images as one [channels, n_images * plane] matrix. */
 lamp_status lamp_gather_planes(lamp_device device, float *dst, const void *src, lamp_dtype src_dtype,
@@ -153,6 +172,10 @@ lamp_status lamp_channel_combine(lamp_device device, float *out, const float *a,
 /* y += x elementwise, in fp32, rounded to y's dtype (a residual connection). */
 lamp_status lamp_add_into(lamp_device device, void *y, lamp_dtype y_dtype, const void *x, lamp_dtype x_dtype,
                           size_t n);
+
+/* y = a + b elementwise, in fp32, rounded to y's dtype; y may alias a or b exactly. */
+lamp_status lamp_add(lamp_device device, void *y, lamp_dtype y_dtype, const void *a, lamp_dtype a_dtype,
+                     const void *b, lamp_dtype b_dtype, size_t n);
 
 /*
 ** fn(ctx, worker, task) for every task in [0, n_tasks), on up to lamp_backend_threads() threads

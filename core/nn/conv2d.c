@@ -1,20 +1,26 @@
 /*
 ** Conv2d on NCHW tensors: weight [out, in/groups, k, k] (PyTorch's layout), bias [out].
 **
-** Each group is one GEMM per chunk of images: im2col lays the receptive fields of the chunk
-** out as columns [K = in/groups * k * k, images * out_h * out_w], and
-**     y  [out/groups, images * plane] = W_g [out/groups, K] . col
+** Each image and group is one GEMM: im2col lays the receptive fields of the image out as
+** columns [K = in/groups * k * k, out_h * out_w], and
+**     y_g [out/groups, plane] = W_g [out/groups, K] . col
 **     dW_g += dy_g . col^T            dcol = W_g^T . dy_g, then col2im into dx.
-** A chunk holds as many images as keep the column matrix near CHUNK_FLOATS, so the GEMMs are
-** wide (several images at once, not one small GEMM per image) while the columns stay in cache.
-** Chunks run in parallel (lamp_parallel_for), each worker with its own workspaces (sized once,
-** reused across steps) and its own partial weight gradient, summed in worker order after.
+** Per image, because NCHW holds an image's channels as exactly the [channels, plane] matrix
+** a GEMM produces and consumes: the products are written straight into y and dx and dy is read
+** in place, with no gather or scatter pass between layouts (which cost more than the wider
+** GEMMs of several images at once saved). Images run in parallel (lamp_parallel_for, dealt
+** statically), each worker with its own workspaces (sized once, reused across steps) and its
+** own partial weight gradient, summed in worker order after.
 ** With stride 1 the input gradient is computed as a convolution of dy (see plan_transposed).
+** The 3x3 / stride 1 / padding 1 convolutions (the small CNN's) skip the columns altogether
+** where the backend has a direct kernel for them (lamp_conv_direct, AVX-512): the forward,
+** the transposed input gradient and the weight gradient then read the planes themselves,
+** sparing im2col's copies and the GEMM's packing of them, which cost as much as the products.
 **
 ** Autocast follows Linear: the GEMMs see x, W, dy and the bias with the values of
 ** exec->compute_dtype (on the CPU kept widened to fp32, see operand.h) and accumulate in fp32;
 ** the output is rounded once to the activation dtype after the bias is added. W's operand copy
-** made in forward is reused by the backward of the same step; x and dy are converted a chunk
+** made in forward is reused by the backward of the same step; x and dy are converted an image
 ** at a time inside the workers (under fp32 they are read in place).
 */
 #include <math.h>
@@ -29,14 +35,12 @@
 #include "nn/operand.h"
 #include "tensor/dtype.h"
 
-/* Column-matrix floats one chunk aims at (1 MiB: half an L2 of the development machine). */
-#define CHUNK_FLOATS (256u * 1024u)
 #define MAX_WORKERS 16
 
 /* What one worker thread owns: its workspaces (sized before the parallel loop) and sums. */
 typedef struct conv_worker {
   lamp_tensor *col, *out, *dy, *dx, *grad;
-  lamp_tensor *xs, *dys; /* a chunk of x / dy as operands, when they are not operands already */
+  lamp_tensor *xs;   /* an image of x as an operand, when x is not an operand already */
   double *bias_sums; /* [out] */
   int busy;          /* ran a task in the current pass */
 } conv_worker;
@@ -49,15 +53,17 @@ typedef struct conv2d {
   lamp_tensor *gweight, *gbias; /* views of the fp32 gradient slab */
   lamp_operand w_op, b_op;
   lamp_tensor *wt;              /* the flipped, transposed weights of the input-gradient convolution */
+  lamp_tensor *wdir, *wdir_t;   /* W and wt per group as [K][16-padded outputs], for lamp_conv_direct */
   conv_worker workers[MAX_WORKERS];
 } conv2d;
 
 /* Sizes of one call, from the input shape. */
 typedef struct conv_dims {
-  size_t n, cin_g, cout_g, k_rows, t_rows, plane_in, plane_out, image_in, image_out, chunk, n_chunks;
+  size_t n, cin_g, cout_g, k_rows, t_rows, plane_in, plane_out, image_in, image_out;
   lamp_conv_geom geom;  /* of one group */
   lamp_conv_geom tgeom; /* the input gradient as a stride-1 convolution of dy (when `transposed`) */
   int transposed;
+  int direct, tdirect;  /* the forward / the transposed input gradient run lamp_conv_direct */
 } conv_dims;
 
 /* "Conv2d(16 -> 32, 3x3)" */
@@ -119,10 +125,8 @@ static lamp_status check_shape(const conv2d *c, int ndim, const int64_t *in, con
                              .dilation_h = (size_t)c->dil, .dilation_w = (size_t)c->dil,
                              .out_h = (size_t)oh, .out_w = (size_t)ow};
   plan_transposed(c, d);
-  size_t per_image = d->k_rows * d->plane_out;
-  d->chunk = per_image >= CHUNK_FLOATS ? 1 : CHUNK_FLOATS / per_image;
-  if (d->chunk > d->n) d->chunk = d->n ? d->n : 1;
-  d->n_chunks = (d->n + d->chunk - 1) / d->chunk;
+  d->direct = lamp_conv_direct_supported(LAMP_CPU, &d->geom);
+  d->tdirect = d->transposed && lamp_conv_direct_supported(LAMP_CPU, &d->tgeom);
   return LAMP_OK;
 }
 
@@ -221,15 +225,15 @@ static lamp_status ensure_work(lamp_tensor **t, lamp_device device, size_t n) {
 static size_t esize(const lamp_tensor *t) { return lamp_dtype_size(t->dtype); }
 static void *at(const lamp_tensor *t, size_t element) { return (char *)lamp_tensor_data(t) + element * esize(t); }
 
-/* The workers of one parallel pass (no more than there are chunks). */
+/* The workers of one parallel pass (no more than there are images). */
 static size_t worker_count(const lamp_exec *exec, const conv_dims *d) {
   size_t n = lamp_backend_threads(exec->device);
   if (n > MAX_WORKERS) n = MAX_WORKERS;
-  if (n > d->n_chunks) n = d->n_chunks;
+  if (n > d->n) n = d->n;
   return n ? n : 1;
 }
 
-/* One pass's job, shared by its tasks (task t = chunk t, all groups). */
+/* One pass's job, shared by its tasks (task s = image s, all groups). */
 typedef struct conv_job {
   conv2d *c;
   const lamp_exec *exec;
@@ -242,48 +246,98 @@ typedef struct conv_job {
   int grads;
 } conv_job;
 
-static void chunk_of(const conv_dims *d, size_t task, size_t *s0, size_t *ns) {
-  *s0 = task * d->chunk;
-  *ns = d->n - *s0 < d->chunk ? d->n - *s0 : d->chunk;
-}
-
 /*
-** Images [s0, s0 + ns) of t (x or dy: `image` elements each) as GEMM operands: in place when t
-** already is one (fp32 under an fp32 policy), else converted into the worker's buffer. Chunk
-** by chunk, so a 16-bit policy needs no fp32 copy of whole activations.
+** Image s of t (x: `image` elements) as a GEMM operand: in place when t already is one (fp32
+** under an fp32 policy), else converted into the worker's buffer. Image by image, so a 16-bit
+** policy needs no fp32 copy of whole activations.
 */
-static lamp_status chunk_operand(const conv_job *j, lamp_tensor *buf, const lamp_tensor *t, size_t image, size_t s0,
-                                 size_t ns, const float **out) {
+static lamp_status image_operand(const conv_job *j, lamp_tensor *buf, const lamp_tensor *t, size_t image, size_t s,
+                                 const float **out) {
   if (lamp_operand_in_place(j->exec, t->dtype)) {
-    *out = (const float *)lamp_tensor_data(t) + s0 * image;
+    *out = (const float *)lamp_tensor_data(t) + s * image;
     return LAMP_OK;
   }
   *out = lamp_tensor_data(buf);
-  return lamp_operand_fill(j->exec, lamp_tensor_data(buf), at(t, s0 * image), t->dtype, ns * image);
+  return lamp_operand_fill(j->exec, lamp_tensor_data(buf), at(t, s * image), t->dtype, image);
+}
+
+/* A 1x1 kernel with stride 1 and no padding: the columns are the input planes themselves. */
+static int is_pointwise(const lamp_conv_geom *g) {
+  return g->kernel_h == 1 && g->kernel_w == 1 && g->stride_h == 1 && g->stride_w == 1 && g->pad_h == 0 &&
+         g->pad_w == 0;
+}
+
+/* The columns of one image's group planes x_g (ld image_in): im2col into col, or x_g itself. */
+static lamp_status columns(lamp_device dev, float *col, const float *x_g, size_t image, const lamp_conv_geom *g,
+                           const float **out) {
+  if (is_pointwise(g)) {
+    *out = x_g;
+    return LAMP_OK;
+  }
+  *out = col;
+  return lamp_im2col(dev, col, g->out_h * g->out_w, x_g, image, 1, g);
+}
+
+/*
+** The weights of each group, w_g [rows, k_rows], as lamp_conv_direct reads them: transposed to
+** [k_rows][width], width = rows rounded up to its block, the padding columns zero.
+*/
+static lamp_status direct_weights(lamp_tensor **t, const lamp_exec *exec, const float *w, size_t groups, size_t rows,
+                                  size_t k_rows) {
+  size_t width = lamp_conv_direct_width(rows);
+  lamp_status st = ensure_work(t, exec->device, groups * k_rows * width);
+  if (st != LAMP_OK) return st;
+  float *dst = lamp_tensor_data(*t);
+  for (size_t g = 0; g < groups; g++)
+    for (size_t r = 0; r < k_rows; r++) {
+      float *row = dst + (g * k_rows + r) * width;
+      for (size_t o = 0; o < width; o++) row[o] = o < rows ? w[(g * rows + o) * k_rows + r] : 0.0f;
+    }
+  return LAMP_OK;
 }
 
 /* ---- forward ------------------------------------------------------------------------------- */
 
-/* Chunk `task`: per group, im2col, GEMM, scatter into y (+ bias). */
-static lamp_status forward_task(void *ctx, size_t worker, size_t task) {
+/* y_g[k][p] += bias[k]: the bias after the product, as a separate rounding (Linear's order). */
+static void add_bias_planes(float *y, const float *bias, size_t channels, size_t plane) {
+  for (size_t k = 0; k < channels; k++) {
+    float b = bias[k];
+    float *row = y + k * plane;
+    for (size_t p = 0; p < plane; p++) row[p] += b;
+  }
+}
+
+/*
+** Image `s`: per group, im2col and one GEMM out[cout_g, plane] = W_g . col, written straight
+** into y's planes (NCHW is [channels, plane] per image, the GEMM's own layout), so no scatter
+** pass; a 16-bit y gets the fp32 product from the worker's buffer, rounded once.
+*/
+static lamp_status forward_task(void *ctx, size_t worker, size_t s) {
   const conv_job *j = ctx;
   const conv_dims *d = j->d;
   conv_worker *w = &j->c->workers[worker];
-  size_t s0, ns;
-  chunk_of(d, task, &s0, &ns);
-  size_t cols = ns * d->plane_out;
-  float *col = lamp_tensor_data(w->col), *out = lamp_tensor_data(w->out);
-  const float *xs;
-  lamp_status st = chunk_operand(j, w->xs, j->x, d->image_in, s0, ns, &xs);
+  lamp_device dev = j->exec->device;
+  int direct = j->y->dtype == LAMP_F32;
+  const float *xs, *col;
+  lamp_status st = image_operand(j, w->xs, j->x, d->image_in, s, &xs);
   for (size_t g = 0; st == LAMP_OK && g < (size_t)j->c->groups; g++) {
-    st = lamp_im2col(j->exec->device, col, cols, xs + g * d->cin_g * d->plane_in, d->image_in, ns, &d->geom);
-    if (st == LAMP_OK)
-      st = lamp_gemm(j->exec->device, 0, 0, d->cout_g, cols, d->k_rows, 1.0f, j->wd + g * d->cout_g * d->k_rows,
-                     LAMP_F32, d->k_rows, col, LAMP_F32, cols, 0.0f, out, LAMP_F32, cols);
-    if (st == LAMP_OK)
-      st = lamp_scatter_planes(j->exec->device, at(j->y, s0 * d->image_out + g * d->cout_g * d->plane_out),
-                               j->y->dtype, d->image_out, out, j->bd != NULL ? j->bd + g * d->cout_g : NULL, ns,
-                               d->cout_g, d->plane_out);
+    size_t first = s * d->image_out + g * d->cout_g * d->plane_out;
+    const float *bias = j->bd != NULL ? j->bd + g * d->cout_g : NULL;
+    float *dst = direct ? (float *)lamp_tensor_data(j->y) + first : lamp_tensor_data(w->out);
+    if (d->direct) {
+      size_t ldw = lamp_conv_direct_width(d->cout_g);
+      st = lamp_conv_direct(dev, dst, d->plane_out, xs + g * d->cin_g * d->plane_in,
+                            (const float *)lamp_tensor_data(j->c->wdir) + g * d->k_rows * ldw, ldw, d->cout_g,
+                            &d->geom, lamp_tensor_data(w->col));
+    } else {
+      st = columns(dev, lamp_tensor_data(w->col), xs + g * d->cin_g * d->plane_in, d->image_in, &d->geom, &col);
+      if (st == LAMP_OK)
+        st = lamp_gemm(dev, 0, 0, d->cout_g, d->plane_out, d->k_rows, 1.0f, j->wd + g * d->cout_g * d->k_rows,
+                       LAMP_F32, d->k_rows, col, LAMP_F32, d->plane_out, 0.0f, dst, LAMP_F32, d->plane_out);
+    }
+    if (st == LAMP_OK && direct && bias != NULL) add_bias_planes(dst, bias, d->cout_g, d->plane_out);
+    if (st == LAMP_OK && !direct)
+      st = lamp_scatter_planes(dev, at(j->y, first), j->y->dtype, 0, dst, bias, 1, d->cout_g, d->plane_out);
   }
   return st;
 }
@@ -316,14 +370,17 @@ static lamp_status conv_forward(lamp_layer *layer, const lamp_exec *exec, const 
   if (d.n == 0) return LAMP_OK;
   conv_job j = {.c = c, .exec = exec, .d = &d, .x = x, .y = y};
   st = forward_operands(c, exec, 0, &j);
+  if (st == LAMP_OK && d.direct) st = direct_weights(&c->wdir, exec, j.wd, (size_t)c->groups, d.cout_g, d.k_rows);
   size_t workers = worker_count(exec, &d);
+  size_t col = d.direct ? lamp_conv_direct_work(&d.geom) : is_pointwise(&d.geom) ? 0 : d.k_rows * d.plane_out;
   for (size_t w = 0; st == LAMP_OK && w < workers; w++) {
-    st = ensure_work(&c->workers[w].col, exec->device, d.k_rows * d.chunk * d.plane_out);
-    if (st == LAMP_OK) st = ensure_work(&c->workers[w].out, exec->device, d.cout_g * d.chunk * d.plane_out);
+    st = ensure_work(&c->workers[w].col, exec->device, col);
+    if (st == LAMP_OK && y->dtype != LAMP_F32)
+      st = ensure_work(&c->workers[w].out, exec->device, d.cout_g * d.plane_out);
     if (st == LAMP_OK && !lamp_operand_in_place(exec, x->dtype))
-      st = ensure_work(&c->workers[w].xs, exec->device, d.chunk * d.image_in);
+      st = ensure_work(&c->workers[w].xs, exec->device, d.image_in);
   }
-  if (st == LAMP_OK) st = lamp_parallel_for(exec->device, d.n_chunks, forward_task, &j);
+  if (st == LAMP_OK) st = lamp_parallel_for(exec->device, d.n, forward_task, &j);
   return st;
 }
 
@@ -344,86 +401,102 @@ static lamp_status flip_weights(conv2d *c, const lamp_exec *exec, const conv_dim
   return LAMP_OK;
 }
 
-/* dy_g of the chunk as [cout_g, cols] in fp32 (compute values); the bias sums from the stored values. */
-static lamp_status gather_dy(const conv_job *j, conv_worker *w, size_t s0, size_t ns, size_t g, float *dyt) {
+/*
+** dy of image s, all channels [out, plane], as a GEMM operand (compute values, fp32): dy itself
+** under fp32, else widened into the worker's buffer. The bias sums come from the stored values,
+** before any rounding to the compute dtype.
+*/
+static lamp_status dy_operand(const conv_job *j, conv_worker *w, size_t s, const float **out) {
   const conv_dims *d = j->d;
-  size_t cols = ns * d->plane_out;
-  lamp_status st = lamp_gather_planes(j->exec->device, dyt, at(j->dy, s0 * d->image_out + g * d->cout_g * d->plane_out),
-                                      j->dy->dtype, d->image_out, ns, d->cout_g, d->plane_out);
+  const lamp_exec *exec = j->exec;
+  size_t first = s * d->image_out, out_ch = (size_t)j->c->out;
+  int in_place = lamp_operand_in_place(exec, j->dy->dtype);
+  float *buf = in_place ? NULL : lamp_tensor_data(w->dy);
+  lamp_status st = LAMP_OK;
+  if (in_place) *out = (const float *)lamp_tensor_data(j->dy) + first;
+  else {
+    st = lamp_convert(exec->device, buf, LAMP_F32, at(j->dy, first), j->dy->dtype, d->image_out);
+    *out = buf;
+  }
   if (st == LAMP_OK && j->grads && j->c->has_bias) {
     double sums[64];
-    for (size_t c0 = 0; st == LAMP_OK && c0 < d->cout_g; c0 += 64) {
-      size_t len = d->cout_g - c0 < 64 ? d->cout_g - c0 : 64;
-      st = lamp_channel_reduce(j->exec->device, dyt + c0 * cols, NULL, NULL, NULL, 1, len, cols, sums, NULL);
-      for (size_t k = 0; k < len; k++) w->bias_sums[g * d->cout_g + c0 + k] += sums[k];
+    for (size_t c0 = 0; st == LAMP_OK && c0 < out_ch; c0 += 64) {
+      size_t len = out_ch - c0 < 64 ? out_ch - c0 : 64;
+      st = lamp_channel_reduce(exec->device, *out + c0 * d->plane_out, NULL, NULL, NULL, 1, len, d->plane_out, sums,
+                               NULL);
+      for (size_t k = 0; k < len; k++) w->bias_sums[c0 + k] += sums[k];
     }
   }
-  if (st == LAMP_OK && j->dy->dtype != j->exec->compute_dtype && j->exec->compute_dtype != LAMP_F32)
-    st = lamp_round_through(j->exec->device, dyt, dyt, j->exec->compute_dtype, d->cout_g * cols);
+  if (st == LAMP_OK && !in_place && j->dy->dtype != exec->compute_dtype && exec->compute_dtype != LAMP_F32)
+    st = lamp_round_through(exec->device, buf, buf, exec->compute_dtype, d->image_out);
   return st;
 }
 
-/* dx of the chunk, group g: the transposed convolution of dy, or W_g^T . dy_g folded by col2im. */
-static lamp_status input_gradient(const conv_job *j, conv_worker *w, size_t s0, size_t ns, size_t g,
-                                  const float *dyt, const float *dys) {
+/* dx of image s, group g: the transposed convolution of dy, or W_g^T . dy_g folded by col2im,
+   written straight into dx's planes when dx is fp32. */
+static lamp_status input_gradient(const conv_job *j, conv_worker *w, size_t s, size_t g, const float *dys) {
   const conv_dims *d = j->d;
   lamp_device dev = j->exec->device;
-  float *col = lamp_tensor_data(w->col), *out = lamp_tensor_data(w->out);
+  size_t first = s * d->image_in + g * d->cin_g * d->plane_in, n = d->cin_g * d->plane_in;
+  int direct = j->dx->dtype == LAMP_F32;
+  float *col = lamp_tensor_data(w->col);
+  const float *dy_g = dys + g * d->cout_g * d->plane_out;
+  lamp_status st;
   if (d->transposed) {
     const float *wt_g = (const float *)lamp_tensor_data(j->c->wt) + g * d->cin_g * d->t_rows;
-    size_t cols = ns * d->plane_in;
-    lamp_status st = lamp_im2col(dev, col, cols, dys + g * d->cout_g * d->plane_out, d->image_out, ns, &d->tgeom);
-    if (st == LAMP_OK)
-      st = lamp_gemm(dev, 0, 0, d->cin_g, cols, d->t_rows, 1.0f, wt_g, LAMP_F32, d->t_rows, col, LAMP_F32, cols,
-                     0.0f, out, LAMP_F32, cols);
-    if (st == LAMP_OK)
-      st = lamp_scatter_planes(dev, at(j->dx, s0 * d->image_in + g * d->cin_g * d->plane_in), j->dx->dtype,
-                               d->image_in, out, NULL, ns, d->cin_g, d->plane_in);
+    float *dst = direct ? (float *)lamp_tensor_data(j->dx) + first : lamp_tensor_data(w->out);
+    const float *tcol;
+    if (d->tdirect) {
+      size_t ldw = lamp_conv_direct_width(d->cin_g);
+      st = lamp_conv_direct(dev, dst, d->plane_in, dy_g,
+                            (const float *)lamp_tensor_data(j->c->wdir_t) + g * d->t_rows * ldw, ldw, d->cin_g,
+                            &d->tgeom, col);
+    } else {
+      st = columns(dev, col, dy_g, d->image_out, &d->tgeom, &tcol);
+      if (st == LAMP_OK)
+        st = lamp_gemm(dev, 0, 0, d->cin_g, d->plane_in, d->t_rows, 1.0f, wt_g, LAMP_F32, d->t_rows, tcol,
+                       LAMP_F32, d->plane_in, 0.0f, dst, LAMP_F32, d->plane_in);
+    }
+    if (st == LAMP_OK && !direct) st = lamp_convert(dev, at(j->dx, first), j->dx->dtype, dst, LAMP_F32, n);
     return st;
   }
-  size_t cols = ns * d->plane_out;
-  float *dxd = j->dx->dtype == LAMP_F32 ? (float *)lamp_tensor_data(j->dx) + s0 * d->image_in
-                                        : lamp_tensor_data(w->dx);
-  lamp_status st = lamp_gemm(dev, 1, 0, d->k_rows, cols, d->cout_g, 1.0f, j->wd + g * d->cout_g * d->k_rows, LAMP_F32,
-                             d->k_rows, dyt, LAMP_F32, cols, 0.0f, col, LAMP_F32, cols);
-  if (st == LAMP_OK) st = lamp_col2im(dev, dxd + g * d->cin_g * d->plane_in, d->image_in, col, cols, ns, &d->geom);
+  float *dst = direct ? (float *)lamp_tensor_data(j->dx) + first : lamp_tensor_data(w->dx);
+  st = lamp_gemm(dev, 1, 0, d->k_rows, d->plane_out, d->cout_g, 1.0f, j->wd + g * d->cout_g * d->k_rows, LAMP_F32,
+                 d->k_rows, dy_g, LAMP_F32, d->plane_out, 0.0f, col, LAMP_F32, d->plane_out);
+  if (st == LAMP_OK) { /* col2im adds: the planes start at zero */
+    memset(dst, 0, n * sizeof *dst);
+    st = lamp_col2im(dev, dst, d->image_in, col, d->plane_out, 1, &d->geom);
+  }
+  if (st == LAMP_OK && !direct) st = lamp_convert(dev, at(j->dx, first), j->dx->dtype, dst, LAMP_F32, n);
   return st;
 }
 
-/* Chunk `task`: dW partial sums of this worker, and dx of the chunk. */
-static lamp_status backward_task(void *ctx, size_t worker, size_t task) {
+/* Image `s`: this worker's dW partial sums (dW_g (+)= dy_g . col^T), and dx of the image. */
+static lamp_status backward_task(void *ctx, size_t worker, size_t s) {
   const conv_job *j = ctx;
   const conv_dims *d = j->d;
   conv_worker *w = &j->c->workers[worker];
   lamp_device dev = j->exec->device;
-  size_t s0, ns;
-  chunk_of(d, task, &s0, &ns);
-  size_t cols = ns * d->plane_out;
-  float *col = lamp_tensor_data(w->col), *dyt = lamp_tensor_data(w->dy);
-  int col2im_path = j->dx != NULL && !d->transposed;
-  if (col2im_path) { /* col2im adds: the chunk of dx starts at zero */
-    float *dxd = j->dx->dtype == LAMP_F32 ? (float *)lamp_tensor_data(j->dx) + s0 * d->image_in : lamp_tensor_data(w->dx);
-    memset(dxd, 0, ns * d->image_in * sizeof *dxd);
-  }
-  const float *xs = NULL, *dys = NULL;
+  const float *xs = NULL, *dys = NULL, *col;
   lamp_status st = LAMP_OK;
-  if (j->grads) st = chunk_operand(j, w->xs, j->x, d->image_in, s0, ns, &xs);
-  if (st == LAMP_OK && j->dx != NULL && d->transposed) st = chunk_operand(j, w->dys, j->dy, d->image_out, s0, ns, &dys);
+  if (j->grads) st = image_operand(j, w->xs, j->x, d->image_in, s, &xs);
+  if (st == LAMP_OK) st = dy_operand(j, w, s, &dys);
   for (size_t g = 0; st == LAMP_OK && g < (size_t)j->c->groups; g++) {
-    if (j->grads || col2im_path) st = gather_dy(j, w, s0, ns, g, dyt);
-    if (st == LAMP_OK && j->grads) { /* dW_g (+)= dy_g . col^T */
-      st = lamp_im2col(dev, col, cols, xs + g * d->cin_g * d->plane_in, d->image_in, ns, &d->geom);
+    float *gw = j->grads ? (float *)lamp_tensor_data(w->grad) + g * d->cout_g * d->k_rows : NULL;
+    if (j->grads && d->direct) {
+      st = lamp_conv_direct_grad(dev, gw, d->k_rows, xs + g * d->cin_g * d->plane_in,
+                                 dys + g * d->cout_g * d->plane_out, d->cout_g, &d->geom, lamp_tensor_data(w->col),
+                                 w->busy);
+    } else if (j->grads) {
+      st = columns(dev, lamp_tensor_data(w->col), xs + g * d->cin_g * d->plane_in, d->image_in, &d->geom, &col);
       if (st == LAMP_OK)
-        st = lamp_gemm(dev, 0, 1, d->cout_g, d->k_rows, cols, 1.0f, dyt, LAMP_F32, cols, col, LAMP_F32, cols,
-                       w->busy ? 1.0f : 0.0f, (float *)lamp_tensor_data(w->grad) + g * d->cout_g * d->k_rows,
-                       LAMP_F32, d->k_rows);
+        st = lamp_gemm(dev, 0, 1, d->cout_g, d->k_rows, d->plane_out, 1.0f, dys + g * d->cout_g * d->plane_out,
+                       LAMP_F32, d->plane_out, col, LAMP_F32, d->plane_out, w->busy ? 1.0f : 0.0f, gw, LAMP_F32,
+                       d->k_rows);
     }
-    if (st == LAMP_OK && j->dx != NULL) st = input_gradient(j, w, s0, ns, g, dyt, dys);
+    if (st == LAMP_OK && j->dx != NULL) st = input_gradient(j, w, s, g, dys);
   }
   w->busy = 1;
-  if (st == LAMP_OK && col2im_path && j->dx->dtype != LAMP_F32)
-    st = lamp_convert(dev, at(j->dx, s0 * d->image_in), j->dx->dtype, lamp_tensor_data(w->dx), LAMP_F32,
-                      ns * d->image_in);
   return st;
 }
 
@@ -466,35 +539,39 @@ static lamp_status finish_grads(conv2d *c, const lamp_exec *exec, size_t workers
 /* Workspaces of every worker, sized in this thread before the parallel loop. */
 static lamp_status prepare_workers(conv2d *c, const lamp_exec *exec, const conv_dims *d, size_t workers,
                                    const lamp_tensor *x, const lamp_tensor *dy, const lamp_tensor *dx, int grads) {
-  size_t col = d->k_rows * d->chunk * d->plane_out, out = 0;
+  size_t col = !grads                     ? 0
+               : d->direct                ? lamp_conv_direct_work(&d->geom)
+               : is_pointwise(&d->geom)   ? 0
+                                          : d->k_rows * d->plane_out;
+  size_t out = 0, dxw = 0;
   if (dx != NULL && d->transposed) {
-    size_t t = d->t_rows * d->chunk * d->plane_in;
+    size_t t = d->tdirect ? lamp_conv_direct_work(&d->tgeom) : is_pointwise(&d->tgeom) ? 0 : d->t_rows * d->plane_in;
     if (t > col) col = t;
-    out = d->cin_g * d->chunk * d->plane_in;
+    if (dx->dtype != LAMP_F32) out = d->cin_g * d->plane_in;
+  } else if (dx != NULL) {
+    if (d->k_rows * d->plane_out > col) col = d->k_rows * d->plane_out;
+    if (dx->dtype != LAMP_F32) dxw = d->cin_g * d->plane_in;
   }
   lamp_status st = LAMP_OK;
   for (size_t w = 0; st == LAMP_OK && w < workers; w++) {
     conv_worker *cw = &c->workers[w];
     cw->busy = 0;
     st = ensure_work(&cw->col, exec->device, col);
-    if (st == LAMP_OK) st = ensure_work(&cw->dy, exec->device, d->cout_g * d->chunk * d->plane_out);
+    if (st == LAMP_OK && !lamp_operand_in_place(exec, dy->dtype)) st = ensure_work(&cw->dy, exec->device, d->image_out);
     if (st == LAMP_OK && out > 0) st = ensure_work(&cw->out, exec->device, out);
-    if (st == LAMP_OK && dx != NULL && !d->transposed && dx->dtype != LAMP_F32)
-      st = ensure_work(&cw->dx, exec->device, d->chunk * d->image_in);
+    if (st == LAMP_OK && dxw > 0) st = ensure_work(&cw->dx, exec->device, dxw);
     if (st == LAMP_OK && grads) st = ensure_work(&cw->grad, exec->device, lamp_tensor_numel(c->gweight));
     if (st == LAMP_OK && grads && !lamp_operand_in_place(exec, x->dtype))
-      st = ensure_work(&cw->xs, exec->device, d->chunk * d->image_in);
-    if (st == LAMP_OK && dx != NULL && d->transposed && !lamp_operand_in_place(exec, dy->dtype))
-      st = ensure_work(&cw->dys, exec->device, d->chunk * d->image_out);
+      st = ensure_work(&cw->xs, exec->device, d->image_in);
     if (st == LAMP_OK && grads && c->has_bias) memset(cw->bias_sums, 0, (size_t)c->out * sizeof *cw->bias_sums);
   }
   return st;
 }
 
 /*
-** The backward pass over all chunks: dx when dx is not NULL, the parameter gradients when
-** `grads`. One walk does both when both are wanted (the combined backward), so the columns and
-** dy's gathered planes are made once.
+** The backward pass over all images: dx when dx is not NULL, the parameter gradients when
+** `grads`. One walk does both when both are wanted (the combined backward), so dy's
+** operand is made once per image.
 */
 static lamp_status backward_pass(conv2d *c, const lamp_exec *exec, const lamp_tensor *x, const lamp_tensor *dy,
                                  lamp_tensor *dx, int grads) {
@@ -507,9 +584,11 @@ static lamp_status backward_pass(conv2d *c, const lamp_exec *exec, const lamp_te
   conv_job j = {.c = c, .exec = exec, .d = &d, .x = x, .dy = dy, .dx = dx, .grads = grads};
   st = forward_operands(c, exec, 1, &j);
   if (st == LAMP_OK && dx != NULL && d.transposed) st = flip_weights(c, exec, &d, j.wd);
+  if (st == LAMP_OK && dx != NULL && d.tdirect)
+    st = direct_weights(&c->wdir_t, exec, lamp_tensor_data(c->wt), (size_t)c->groups, d.cin_g, d.t_rows);
   size_t workers = worker_count(exec, &d);
   if (st == LAMP_OK) st = prepare_workers(c, exec, &d, workers, x, dy, dx, grads);
-  if (st == LAMP_OK && d.n > 0) st = lamp_parallel_for(exec->device, d.n_chunks, backward_task, &j);
+  if (st == LAMP_OK && d.n > 0) st = lamp_parallel_for(exec->device, d.n, backward_task, &j);
   if (st == LAMP_OK && grads) st = finish_grads(c, exec, workers);
   return st;
 }
@@ -552,11 +631,11 @@ static void conv_describe(const lamp_layer *layer, char *buf, size_t size) {
 
 static void conv_destroy(lamp_layer *layer) {
   conv2d *c = (conv2d *)layer;
-  lamp_tensor *ts[] = {c->weight, c->bias, c->gweight, c->gbias, c->wt};
+  lamp_tensor *ts[] = {c->weight, c->bias, c->gweight, c->gbias, c->wt, c->wdir, c->wdir_t};
   for (size_t i = 0; i < sizeof ts / sizeof ts[0]; i++) lamp_tensor_release(ts[i]);
   for (size_t w = 0; w < MAX_WORKERS; w++) {
     conv_worker *cw = &c->workers[w];
-    lamp_tensor *wts[] = {cw->col, cw->out, cw->dy, cw->dx, cw->grad, cw->xs, cw->dys};
+    lamp_tensor *wts[] = {cw->col, cw->out, cw->dy, cw->dx, cw->grad, cw->xs};
     for (size_t i = 0; i < sizeof wts / sizeof wts[0]; i++) lamp_tensor_release(wts[i]);
   }
   free(c->workers[0].bias_sums);

@@ -161,8 +161,9 @@ static lamp_status res_forward(lamp_layer *layer, const lamp_exec *exec, const l
   if (st == LAMP_OK) st = check_same(r->h, y->ndim, y->shape, "the output");
   if (st == LAMP_OK && !lamp_nn_is_activation(y)) st = lamp_error(LAMP_ERR_INVALID_ARG, "Residual: the output must be a contiguous floating-point tensor");
   size_t n = lamp_tensor_numel(y);
-  if (st == LAMP_OK) st = lamp_convert(exec->device, lamp_tensor_data(y), y->dtype, lamp_tensor_data(r->h), r->h->dtype, n);
-  if (st == LAMP_OK) st = lamp_add_into(exec->device, lamp_tensor_data(y), y->dtype, lamp_tensor_data(skip), skip->dtype, n);
+  if (st == LAMP_OK) /* one pass: the sum of both branches, rounded once */
+    st = lamp_add(exec->device, lamp_tensor_data(y), y->dtype, lamp_tensor_data(r->h), r->h->dtype,
+                  lamp_tensor_data(skip), skip->dtype, n);
   return st;
 }
 

@@ -23,15 +23,30 @@ static float sum_row(const float *a, float ca, size_t n) {
   return s;
 }
 
-static float dot_row(const float *a, float ca, const float *b, float cb, size_t n) {
-  float acc[BLOCK] = {0};
+/*
+** sum_row(a, 0) and the centred dot product sum (a - ca)(b - cb) in one pass over the row, each
+** with its own blocked accumulators, summed exactly as two separate passes would (the same
+** bits), reading a once.
+*/
+static void sum_dot_row(const float *a, float ca, const float *b, float cb, size_t n, float *sum, float *dot) {
+  float acc[BLOCK] = {0}, accd[BLOCK] = {0};
   size_t i = 0;
   for (; i + BLOCK <= n; i += BLOCK)
-    for (size_t j = 0; j < BLOCK; j++) acc[j] += (a[i + j] - ca) * (b[i + j] - cb);
-  float s = 0.0f;
-  for (; i < n; i++) s += (a[i] - ca) * (b[i] - cb);
-  for (size_t j = 0; j < BLOCK; j++) s += acc[j];
-  return s;
+    for (size_t j = 0; j < BLOCK; j++) {
+      acc[j] += a[i + j] - 0.0f;
+      accd[j] += (a[i + j] - ca) * (b[i + j] - cb);
+    }
+  float s = 0.0f, d = 0.0f;
+  for (; i < n; i++) {
+    s += a[i] - 0.0f;
+    d += (a[i] - ca) * (b[i] - cb);
+  }
+  for (size_t j = 0; j < BLOCK; j++) {
+    s += acc[j];
+    d += accd[j];
+  }
+  *sum = s;
+  *dot = d;
 }
 
 typedef struct reduce_job {
@@ -50,8 +65,10 @@ static lamp_status reduce_channel(void *ctx, size_t worker, size_t k) {
     const float *ra = j->a + (i * j->c + k) * j->hw;
     if (j->b == NULL) sa += sum_row(ra, 0.0f, j->hw);
     else {
-      sa += sum_row(ra, 0.0f, j->hw);
-      sab += dot_row(ra, ca, j->b + (i * j->c + k) * j->hw, cb, j->hw);
+      float s, d;
+      sum_dot_row(ra, ca, j->b + (i * j->c + k) * j->hw, cb, j->hw, &s, &d);
+      sa += s;
+      sab += d;
     }
   }
   j->sum_a[k] = sa;
@@ -94,6 +111,18 @@ static size_t task_count(size_t n, size_t elements) {
   return threads < n ? threads : n;
 }
 
+/* out = in * sc + sh; blocks go through a local array, so out may alias in and the loop still
+   vectorises (the compiler need not prove the pointers apart). */
+static void affine_row(float *out, const float *in, float sc, float sh, size_t n) {
+  size_t e = 0;
+  for (; e + BLOCK <= n; e += BLOCK) {
+    float v[BLOCK];
+    for (size_t k = 0; k < BLOCK; k++) v[k] = in[e + k] * sc + sh;
+    for (size_t k = 0; k < BLOCK; k++) out[e + k] = v[k];
+  }
+  for (; e < n; e++) out[e] = in[e] * sc + sh;
+}
+
 static lamp_status affine_task(void *ctx, size_t worker, size_t t) {
   const affine_job *j = ctx;
   (void)worker;
@@ -107,8 +136,7 @@ static lamp_status affine_task(void *ctx, size_t worker, size_t t) {
       for (size_t p = 0; p < j->hw; p += LAMP_CPU_CHUNK) {
         size_t len = lamp_cpu_min(LAMP_CPU_CHUNK, j->hw - p);
         float *out = lamp_cpu_scratch(stage, j->y, j->y_dtype, row + p);
-        const float *in = j->x + row + p;
-        for (size_t e = 0; e < len; e++) out[e] = in[e] * sc + sh;
+        affine_row(out, j->x + row + p, sc, sh, len);
         lamp_cpu_commit(j->y, j->y_dtype, row + p, out, len);
       }
     }
@@ -134,11 +162,14 @@ static lamp_status combine_task(void *ctx, size_t worker, size_t t) {
     for (size_t k = 0; k < j->c; k++) {
       size_t row = (i * j->c + k) * j->hw;
       float pk = j->p[k], qk = j->q[k], rk = j->r[k];
-      float *restrict o = j->out + row;
+      float *o = j->out + row;
       const float *ra = j->a + row, *rb = j->b + row;
       size_t e = 0;
-      for (; e + BLOCK <= j->hw; e += BLOCK)
-        for (size_t v = 0; v < BLOCK; v++) o[e + v] = pk * ra[e + v] + qk * rb[e + v] + rk;
+      for (; e + BLOCK <= j->hw; e += BLOCK) { /* through a local block: o may alias a or b */
+        float v[BLOCK];
+        for (size_t k = 0; k < BLOCK; k++) v[k] = pk * ra[e + k] + qk * rb[e + k] + rk;
+        for (size_t k = 0; k < BLOCK; k++) o[e + k] = v[k];
+      }
       for (; e < j->hw; e++) o[e] = pk * ra[e] + qk * rb[e] + rk;
     }
   return LAMP_OK;
@@ -152,42 +183,53 @@ lamp_status lamp_channel_combine(lamp_device device, float *out, const float *a,
   return lamp_parallel_for(device, j.tasks, combine_task, &j);
 }
 
-/* ---- y += x ------------------------------------------------------------------------------ */
+/* ---- y = a + b ---------------------------------------------------------------------------- */
 
 typedef struct add_job {
   void *y;
   lamp_dtype y_dtype;
-  const void *x;
-  lamp_dtype x_dtype;
+  const void *a, *b;
+  lamp_dtype a_dtype, b_dtype;
   size_t n, tasks;
 } add_job;
 
+/* A chunk is read whole before y is written, so y may alias a (y += b) or b exactly. */
 static lamp_status add_task(void *ctx, size_t worker, size_t t) {
   const add_job *j = ctx;
   (void)worker;
-  float ys[LAMP_CPU_CHUNK], xs[LAMP_CPU_CHUNK];
+  float ys[LAMP_CPU_CHUNK], as[LAMP_CPU_CHUNK], bs[LAMP_CPU_CHUNK];
   size_t end = j->n * (t + 1) / j->tasks;
   for (size_t i = j->n * t / j->tasks; i < end; i += LAMP_CPU_CHUNK) {
     size_t len = lamp_cpu_min(LAMP_CPU_CHUNK, end - i);
-    float *yv = lamp_cpu_edit(ys, j->y, j->y_dtype, i, len);
-    const float *xv = lamp_cpu_read(xs, j->x, j->x_dtype, i, len);
+    const float *av = lamp_cpu_read(as, j->a, j->a_dtype, i, len);
+    const float *bv = lamp_cpu_read(bs, j->b, j->b_dtype, i, len);
+    float *yv = lamp_cpu_scratch(ys, j->y, j->y_dtype, i);
     size_t e = 0;
-    for (; e + BLOCK <= len; e += BLOCK)
-      for (size_t v = 0; v < BLOCK; v++) yv[e + v] += xv[e + v];
-    for (; e < len; e++) yv[e] += xv[e];
+    for (; e + BLOCK <= len; e += BLOCK) {
+      float out[BLOCK];
+      for (size_t v = 0; v < BLOCK; v++) out[v] = av[e + v] + bv[e + v];
+      for (size_t v = 0; v < BLOCK; v++) yv[e + v] = out[v];
+    }
+    for (; e < len; e++) yv[e] = av[e] + bv[e];
     lamp_cpu_commit(j->y, j->y_dtype, i, yv, len);
   }
   return LAMP_OK;
 }
 
+lamp_status lamp_add(lamp_device device, void *y, lamp_dtype y_dtype, const void *a, lamp_dtype a_dtype,
+                     const void *b, lamp_dtype b_dtype, size_t n) {
+  if (device != LAMP_CPU) return lamp_cpu_unsupported_device("add", device);
+  lamp_status s = lamp_cpu_check_float("add", "y", y_dtype);
+  if (s == LAMP_OK) s = lamp_cpu_check_float("add", "a", a_dtype);
+  if (s == LAMP_OK) s = lamp_cpu_check_float("add", "b", b_dtype);
+  if (s != LAMP_OK) return s;
+  add_job j = {y, y_dtype, a, b, a_dtype, b_dtype, n, task_count(n, n)};
+  return lamp_parallel_for(device, j.tasks, add_task, &j);
+}
+
 lamp_status lamp_add_into(lamp_device device, void *y, lamp_dtype y_dtype, const void *x, lamp_dtype x_dtype,
                           size_t n) {
-  if (device != LAMP_CPU) return lamp_cpu_unsupported_device("add_into", device);
-  lamp_status s = lamp_cpu_check_float("add_into", "y", y_dtype);
-  if (s == LAMP_OK) s = lamp_cpu_check_float("add_into", "x", x_dtype);
-  if (s != LAMP_OK) return s;
-  add_job j = {y, y_dtype, x, x_dtype, n, task_count(n, n)};
-  return lamp_parallel_for(device, j.tasks, add_task, &j);
+  return lamp_add(device, y, y_dtype, y, y_dtype, x, x_dtype, n);
 }
 
 /* ---- y = mask ? x * scale : 0 ------------------------------------------------------------- */

@@ -11,6 +11,8 @@
 ** thread count, never on timing; and consecutive layers give a worker the same images, which
 ** may still sit in its cache.
 ** A worker's error is carried back to the calling thread (the error slot is per thread).
+** The helper threads persist between loops (see `pool`); their per-thread GEMM workspaces
+** therefore persist too, as the calling thread's do.
 */
 #include <cblas.h>
 #include <pthread.h>
@@ -22,27 +24,101 @@
 
 #define MAX_WORKERS 16
 
-typedef struct worker {
-  pthread_t thread;
-  size_t index, count, n_tasks;
-  lamp_task_fn fn;
-  void *ctx;
+/* One worker's share of the current loop: its status and, on failure, its message. */
+typedef struct slot {
   lamp_status status;
   char message[512];
-} worker;
+} slot;
+
+/*
+** The helper threads are started once and kept: a loop wakes them (a condition variable)
+** instead of creating and joining threads, which cost tens of microseconds per loop and a
+** small CNN step runs dozens of loops. The calling thread is worker 0; helper i is worker i.
+*/
+typedef struct pool {
+  pthread_mutex_t lock;
+  pthread_cond_t wake, done;
+  unsigned long generation; /* bumped by every loop, under lock */
+  size_t helpers;           /* helper threads started: workers 1 .. helpers */
+  size_t active;            /* workers of the current loop (those >= active sit it out) */
+  size_t pending;           /* helpers still running the current loop */
+  size_t n_tasks;
+  lamp_task_fn fn;
+  void *ctx;
+  slot slots[MAX_WORKERS];
+} pool;
+
+static pool the_pool = {.lock = PTHREAD_MUTEX_INITIALIZER, .wake = PTHREAD_COND_INITIALIZER,
+                        .done = PTHREAD_COND_INITIALIZER};
+static pthread_mutex_t one_loop = PTHREAD_MUTEX_INITIALIZER; /* loops from different threads take turns */
+static pthread_once_t fork_once = PTHREAD_ONCE_INIT;
+
+typedef struct helper_start {
+  size_t index;
+  unsigned long generation; /* the last one before it started: it waits for the next */
+} helper_start;
+static helper_start starts[MAX_WORKERS];
 
 static _Thread_local int inside_parallel; /* a nested loop runs serially in its worker */
 
-static void *run_worker(void *arg) {
-  worker *w = arg;
+/* Worker i's tasks of the current loop: [i n/T, (i+1) n/T). */
+static void run_slot(pool *p, size_t i) {
+  slot *s = &p->slots[i];
+  s->status = LAMP_OK;
+  size_t end = p->n_tasks * (i + 1) / p->active;
+  for (size_t t = p->n_tasks * i / p->active; t < end && s->status == LAMP_OK; t++) s->status = p->fn(p->ctx, i, t);
+  if (s->status != LAMP_OK) snprintf(s->message, sizeof s->message, "%s", lamp_last_error());
+}
+
+static void *helper(void *arg) {
+  const helper_start *start = arg;
+  pool *p = &the_pool;
   inside_parallel = 1;
-  w->status = LAMP_OK;
-  size_t end = w->n_tasks * (w->index + 1) / w->count;
-  for (size_t t = w->n_tasks * w->index / w->count; t < end && w->status == LAMP_OK; t++)
-    w->status = w->fn(w->ctx, w->index, t);
-  if (w->status != LAMP_OK) snprintf(w->message, sizeof w->message, "%s", lamp_last_error());
-  inside_parallel = 0;
+  pthread_mutex_lock(&p->lock);
+  for (unsigned long seen = start->generation;;) {
+    while (p->generation == seen) pthread_cond_wait(&p->wake, &p->lock);
+    seen = p->generation;
+    if (start->index >= p->active) continue;
+    pthread_mutex_unlock(&p->lock);
+    run_slot(p, start->index);
+    pthread_mutex_lock(&p->lock);
+    if (--p->pending == 0) pthread_cond_signal(&p->done);
+  }
   return NULL;
+}
+
+/*
+** fork(): no loop may be running and no helper may hold the pool's lock at that moment, so both
+** locks are taken first. A child has none of the parent's helpers (nor their waits on the
+** condition variables): it starts afresh and makes its own helpers when it needs them.
+*/
+static void fork_prepare(void) {
+  pthread_mutex_lock(&one_loop);
+  pthread_mutex_lock(&the_pool.lock);
+}
+static void fork_parent(void) {
+  pthread_mutex_unlock(&the_pool.lock);
+  pthread_mutex_unlock(&one_loop);
+}
+static void fork_child(void) {
+  the_pool.helpers = 0;
+  pthread_cond_init(&the_pool.wake, NULL);
+  pthread_cond_init(&the_pool.done, NULL);
+  pthread_mutex_unlock(&the_pool.lock);
+  pthread_mutex_unlock(&one_loop);
+}
+static void register_fork(void) { pthread_atfork(fork_prepare, fork_parent, fork_child); }
+
+/* Starts helpers up to `wanted` (fewer if the system refuses); called holding one_loop. */
+static void start_helpers(pool *p, size_t wanted) {
+  while (p->helpers < wanted) {
+    size_t i = p->helpers + 1;
+    pthread_t thread;
+    starts[i] = (helper_start){.index = i, .generation = p->generation};
+    if (pthread_create(&thread, NULL, helper, &starts[i]) != 0) return;
+    pthread_detach(thread);
+    p->helpers = i;
+  }
 }
 
 size_t lamp_backend_threads(lamp_device device) {
@@ -65,24 +141,35 @@ lamp_status lamp_parallel_for(lamp_device device, size_t n_tasks, lamp_task_fn f
   size_t threads = lamp_backend_threads(device);
   if (threads > n_tasks) threads = n_tasks;
   if (threads <= 1 || inside_parallel) return serially(n_tasks, fn, ctx);
-  worker workers[MAX_WORKERS];
+  pthread_once(&fork_once, register_fork);
+  pthread_mutex_lock(&one_loop);
+  pool *p = &the_pool;
+  start_helpers(p, threads - 1);
+  size_t helpers = p->helpers < threads - 1 ? p->helpers : threads - 1;
   int blas_threads = openblas_get_num_threads();
   openblas_set_num_threads(1);
-  size_t started = 1;
-  for (size_t i = 0; i < threads; i++)
-    workers[i] = (worker){.index = i, .count = threads, .n_tasks = n_tasks, .fn = fn, .ctx = ctx};
-  for (; started < threads; started++)
-    if (pthread_create(&workers[started].thread, NULL, run_worker, &workers[started]) != 0) break;
-  run_worker(&workers[0]);
-  /* Fewer threads than planned: the calling thread takes over the tasks of those not started. */
-  for (size_t i = started; i < threads && workers[0].status == LAMP_OK; i++)
-    for (size_t t = n_tasks * i / threads; t < n_tasks * (i + 1) / threads && workers[0].status == LAMP_OK; t++) {
-      workers[0].status = fn(ctx, 0, t);
-      if (workers[0].status != LAMP_OK) snprintf(workers[0].message, sizeof workers[0].message, "%s", lamp_last_error());
-    }
-  for (size_t i = 1; i < started; i++) pthread_join(workers[i].thread, NULL);
+  pthread_mutex_lock(&p->lock);
+  p->active = threads;
+  p->n_tasks = n_tasks;
+  p->fn = fn;
+  p->ctx = ctx;
+  p->pending = helpers;
+  p->generation++;
+  pthread_cond_broadcast(&p->wake);
+  pthread_mutex_unlock(&p->lock);
+  inside_parallel = 1;
+  run_slot(p, 0);
+  /* Workers whose helper could not be started: the calling thread runs their shares, under
+     their indices, so the split (and every rounding) is the planned one. */
+  for (size_t i = helpers + 1; i < threads; i++) run_slot(p, i);
+  inside_parallel = 0;
+  pthread_mutex_lock(&p->lock);
+  while (p->pending > 0) pthread_cond_wait(&p->done, &p->lock);
+  pthread_mutex_unlock(&p->lock);
   openblas_set_num_threads(blas_threads);
-  for (size_t i = 0; i < started; i++)
-    if (workers[i].status != LAMP_OK) return lamp_error(workers[i].status, "%s", workers[i].message);
-  return LAMP_OK;
+  lamp_status st = LAMP_OK;
+  for (size_t i = 0; i < threads && st == LAMP_OK; i++)
+    if (p->slots[i].status != LAMP_OK) st = lamp_error(p->slots[i].status, "%s", p->slots[i].message);
+  pthread_mutex_unlock(&one_loop);
+  return st;
 }
