@@ -373,16 +373,21 @@ lamp_status lamp_trainer_train(lamp_trainer *t, lamp_loader *loader, uint64_t ma
   memset(result, 0, sizeof *result);
   lamp_status st = position_loader(t, loader);
   if (st != LAMP_OK) return st;
+  const uint64_t per_epoch = lamp_loader_batches_per_epoch(loader);
   lamp_progress progress;
-  lamp_progress_start(&progress, t->epochs_done + 1, lamp_loader_batches_per_epoch(loader), t->stats.world);
+  lamp_progress_start(&progress, t->epochs_done + 1, (size_t)per_epoch, t->stats.world);
   double loss_sum = 0.0;
   uint64_t batches = 0, first_step = t->stats.steps + t->stats.skipped_steps;
   for (;;) {
-    /* Stop only between optimizer steps, so a checkpoint taken now is complete. */
-    if (max_steps > 0 && t->micro == 0 && t->stats.steps + t->stats.skipped_steps - first_step >= max_steps) break;
     lamp_tensor *x, *y;
-    int has_batch;
-    if ((st = lamp_loader_next(loader, &x, &y, &has_batch)) != LAMP_OK) return st;
+    int has_batch = 0;
+    /* An epoch closes as soon as its last batch is done, so a run stopped there and resumed is
+       in the same state as one never stopped. Otherwise stop only between optimizer steps, so
+       that a checkpoint taken now is complete. */
+    if (t->epoch_batches < per_epoch) {
+      if (max_steps > 0 && t->micro == 0 && t->stats.steps + t->stats.skipped_steps - first_step >= max_steps) break;
+      if ((st = lamp_loader_next(loader, &x, &y, &has_batch)) != LAMP_OK) return st;
+    }
     if (!has_batch) {
       t->epoch_open = 0;
       t->epochs_done++;
