@@ -128,6 +128,13 @@ lamp_status lamp_conv_direct(lamp_device device, float *out, size_t ld_out, cons
    o < n_out (rows ldg apart), added to gw when `accumulate`, else written; dy [n_out][plane]. */
 lamp_status lamp_conv_direct_grad(lamp_device device, float *gw, size_t ldg, const float *x, const float *dy,
                                   size_t n_out, const lamp_conv_geom *g, float *work, int accumulate);
+/* The same two with x in f32, f16 or bf16 (x_dtype), widened exactly as lamp_convert does, straight
+   into the zero-bordered planes in work: a 16-bit x needs no fp32 copy of its own first. */
+lamp_status lamp_conv_direct_typed(lamp_device device, float *out, size_t ld_out, const void *x, lamp_dtype x_dtype,
+                                   const float *wt, size_t ldw, size_t n_out, const lamp_conv_geom *g, float *work);
+lamp_status lamp_conv_direct_grad_typed(lamp_device device, float *gw, size_t ldg, const void *x, lamp_dtype x_dtype,
+                                        const float *dy, size_t n_out, const lamp_conv_geom *g, float *work,
+                                        int accumulate);
 
 /* dst[c][s * plane + p] = src[s * image_stride + c * plane + p] for c < channels, widened to fp32:
    a batch of NCHW images as one [channels, n_images * plane] matrix. */
@@ -168,6 +175,14 @@ lamp_status lamp_channel_affine(lamp_device device, void *y, lamp_dtype y_dtype,
 /* out[i, k, :] = p[k] * a[i, k, :] + q[k] * b[i, k, :] + r[k] (BatchNorm's input gradient). */
 lamp_status lamp_channel_combine(lamp_device device, float *out, const float *a, const float *b, const float *p,
                                  const float *q, const float *r, size_t n, size_t c, size_t hw);
+/* The same, out rounded to out_dtype as it is written (out must not overlap a or b unless fp32). */
+/* lamp_convert split across the backend's threads (large arrays; dst and src apart or equal);
+   the same values bit for bit. Not for use inside a lamp_parallel_for task. */
+lamp_status lamp_convert_parallel(lamp_device device, void *dst, lamp_dtype dst_dtype, const void *src,
+                                  lamp_dtype src_dtype, size_t n);
+lamp_status lamp_channel_combine_typed(lamp_device device, void *out, lamp_dtype out_dtype, const float *a,
+                                       const float *b, const float *p, const float *q, const float *r, size_t n,
+                                       size_t c, size_t hw);
 
 /* y += x elementwise, in fp32, rounded to y's dtype (a residual connection). */
 lamp_status lamp_add_into(lamp_device device, void *y, lamp_dtype y_dtype, const void *x, lamp_dtype x_dtype,

@@ -191,7 +191,7 @@ static lamp_status as_f32(const lamp_exec *exec, const lamp_tensor *t, lamp_tens
     return LAMP_OK;
   }
   lamp_status st = lamp_tensor_ensure(copy, LAMP_F32, exec->device, t->ndim, t->shape, LAMP_MEM_WORKSPACE);
-  if (st == LAMP_OK) st = lamp_convert(exec->device, lamp_tensor_data(*copy), LAMP_F32, lamp_tensor_data(t), t->dtype,
+  if (st == LAMP_OK) st = lamp_convert_parallel(exec->device, lamp_tensor_data(*copy), LAMP_F32, lamp_tensor_data(t), t->dtype,
                                        lamp_tensor_numel(t));
   *out = lamp_tensor_data(*copy);
   return st;
@@ -319,16 +319,9 @@ static lamp_status backward_pass(batchnorm *b, const lamp_exec *exec, const lamp
     b->q[k] = (float)q;
     b->r[k] = b->trained ? (float)(-a * b->sum_a[k] / m - q * b->mean[k]) : 0.0f;
   }
-  float *out = lamp_tensor_data(dx);
-  if (dx->dtype != LAMP_F32) {
-    st = lamp_tensor_ensure(&b->dx32, LAMP_F32, exec->device, x->ndim, x->shape, LAMP_MEM_WORKSPACE);
-    if (st != LAMP_OK) return st;
-    out = lamp_tensor_data(b->dx32);
-  }
-  st = lamp_channel_combine(exec->device, out, dyd, xd, b->p, b->q, b->r, n, c, hw);
-  if (st == LAMP_OK && dx->dtype != LAMP_F32)
-    st = lamp_convert(exec->device, lamp_tensor_data(dx), dx->dtype, out, LAMP_F32, lamp_tensor_numel(dx));
-  return st;
+  /* a 16-bit dx is rounded as it is written (dyd and xd are fp32 copies then, apart from it) */
+  return lamp_channel_combine_typed(exec->device, lamp_tensor_data(dx), dx->dtype, dyd, xd, b->p, b->q, b->r, n, c,
+                                    hw);
 }
 
 static lamp_status bn_backward_input(lamp_layer *layer, const lamp_exec *exec, const lamp_tensor *x,

@@ -261,6 +261,17 @@ static lamp_status image_operand(const conv_job *j, lamp_tensor *buf, const lamp
   return lamp_operand_fill(j->exec, lamp_tensor_data(buf), at(t, s * image), t->dtype, image);
 }
 
+/*
+** Whether the direct kernels widen x themselves: a 16-bit x already in the compute dtype, whose
+** operand is its exact fp32 widening, goes straight into their zero-bordered planes (one pass
+** instead of a widened copy that is then copied again).
+*/
+static int widen_x_in_kernel(const lamp_exec *exec, const conv_dims *d, lamp_dtype t) {
+  return d->direct && t != LAMP_F32 && t == exec->compute_dtype && lamp_operand_dtype(exec) == LAMP_F32;
+}
+
+static int widen_in_kernel(const conv_job *j) { return widen_x_in_kernel(j->exec, j->d, j->x->dtype); }
+
 /* A 1x1 kernel with stride 1 and no padding: the columns are the input planes themselves. */
 static int is_pointwise(const lamp_conv_geom *g) {
   return g->kernel_h == 1 && g->kernel_w == 1 && g->stride_h == 1 && g->stride_w == 1 && g->pad_h == 0 &&
@@ -317,18 +328,22 @@ static lamp_status forward_task(void *ctx, size_t worker, size_t s) {
   const conv_dims *d = j->d;
   conv_worker *w = &j->c->workers[worker];
   lamp_device dev = j->exec->device;
-  int direct = j->y->dtype == LAMP_F32;
-  const float *xs, *col;
-  lamp_status st = image_operand(j, w->xs, j->x, d->image_in, s, &xs);
+  int direct = j->y->dtype == LAMP_F32, typed = widen_in_kernel(j);
+  const float *xs = NULL, *col;
+  lamp_status st = typed ? LAMP_OK : image_operand(j, w->xs, j->x, d->image_in, s, &xs);
   for (size_t g = 0; st == LAMP_OK && g < (size_t)j->c->groups; g++) {
     size_t first = s * d->image_out + g * d->cout_g * d->plane_out;
     const float *bias = j->bd != NULL ? j->bd + g * d->cout_g : NULL;
     float *dst = direct ? (float *)lamp_tensor_data(j->y) + first : lamp_tensor_data(w->out);
     if (d->direct) {
       size_t ldw = lamp_conv_direct_width(d->cout_g);
-      st = lamp_conv_direct(dev, dst, d->plane_out, xs + g * d->cin_g * d->plane_in,
-                            (const float *)lamp_tensor_data(j->c->wdir) + g * d->k_rows * ldw, ldw, d->cout_g,
-                            &d->geom, lamp_tensor_data(w->col));
+      const float *wg = (const float *)lamp_tensor_data(j->c->wdir) + g * d->k_rows * ldw;
+      if (typed)
+        st = lamp_conv_direct_typed(dev, dst, d->plane_out, at(j->x, s * d->image_in + g * d->cin_g * d->plane_in),
+                                    j->x->dtype, wg, ldw, d->cout_g, &d->geom, lamp_tensor_data(w->col));
+      else
+        st = lamp_conv_direct(dev, dst, d->plane_out, xs + g * d->cin_g * d->plane_in, wg, ldw, d->cout_g, &d->geom,
+                              lamp_tensor_data(w->col));
     } else {
       st = columns(dev, lamp_tensor_data(w->col), xs + g * d->cin_g * d->plane_in, d->image_in, &d->geom, &col);
       if (st == LAMP_OK)
@@ -377,7 +392,7 @@ static lamp_status conv_forward(lamp_layer *layer, const lamp_exec *exec, const 
     st = ensure_work(&c->workers[w].col, exec->device, col);
     if (st == LAMP_OK && y->dtype != LAMP_F32)
       st = ensure_work(&c->workers[w].out, exec->device, d.cout_g * d.plane_out);
-    if (st == LAMP_OK && !lamp_operand_in_place(exec, x->dtype))
+    if (st == LAMP_OK && !lamp_operand_in_place(exec, x->dtype) && !widen_x_in_kernel(exec, &d, x->dtype))
       st = ensure_work(&c->workers[w].xs, exec->device, d.image_in);
   }
   if (st == LAMP_OK) st = lamp_parallel_for(exec->device, d.n, forward_task, &j);
@@ -479,11 +494,16 @@ static lamp_status backward_task(void *ctx, size_t worker, size_t s) {
   lamp_device dev = j->exec->device;
   const float *xs = NULL, *dys = NULL, *col;
   lamp_status st = LAMP_OK;
-  if (j->grads) st = image_operand(j, w->xs, j->x, d->image_in, s, &xs);
+  int typed = widen_in_kernel(j);
+  if (j->grads && !typed) st = image_operand(j, w->xs, j->x, d->image_in, s, &xs);
   if (st == LAMP_OK) st = dy_operand(j, w, s, &dys);
   for (size_t g = 0; st == LAMP_OK && g < (size_t)j->c->groups; g++) {
     float *gw = j->grads ? (float *)lamp_tensor_data(w->grad) + g * d->cout_g * d->k_rows : NULL;
-    if (j->grads && d->direct) {
+    if (j->grads && typed) {
+      st = lamp_conv_direct_grad_typed(dev, gw, d->k_rows, at(j->x, s * d->image_in + g * d->cin_g * d->plane_in),
+                                       j->x->dtype, dys + g * d->cout_g * d->plane_out, d->cout_g, &d->geom,
+                                       lamp_tensor_data(w->col), w->busy);
+    } else if (j->grads && d->direct) {
       st = lamp_conv_direct_grad(dev, gw, d->k_rows, xs + g * d->cin_g * d->plane_in,
                                  dys + g * d->cout_g * d->plane_out, d->cout_g, &d->geom, lamp_tensor_data(w->col),
                                  w->busy);
@@ -561,7 +581,7 @@ static lamp_status prepare_workers(conv2d *c, const lamp_exec *exec, const conv_
     if (st == LAMP_OK && out > 0) st = ensure_work(&cw->out, exec->device, out);
     if (st == LAMP_OK && dxw > 0) st = ensure_work(&cw->dx, exec->device, dxw);
     if (st == LAMP_OK && grads) st = ensure_work(&cw->grad, exec->device, lamp_tensor_numel(c->gweight));
-    if (st == LAMP_OK && grads && !lamp_operand_in_place(exec, x->dtype))
+    if (st == LAMP_OK && grads && !lamp_operand_in_place(exec, x->dtype) && !widen_x_in_kernel(exec, d, x->dtype))
       st = ensure_work(&cw->xs, exec->device, d->image_in);
     if (st == LAMP_OK && grads && c->has_bias) memset(cw->bias_sums, 0, (size_t)c->out * sizeof *cw->bias_sums);
   }

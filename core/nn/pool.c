@@ -119,7 +119,7 @@ static lamp_status read_f32(const lamp_exec *exec, const lamp_tensor *t, lamp_te
   }
   lamp_status st = lamp_tensor_ensure(stage, LAMP_F32, exec->device, t->ndim, t->shape, LAMP_MEM_WORKSPACE);
   if (st == LAMP_OK)
-    st = lamp_convert(exec->device, lamp_tensor_data(*stage), LAMP_F32, lamp_tensor_data(t), t->dtype,
+    st = lamp_convert_parallel(exec->device, lamp_tensor_data(*stage), LAMP_F32, lamp_tensor_data(t), t->dtype,
                       lamp_tensor_numel(t));
   *out = lamp_tensor_data(*stage);
   return st;
@@ -138,7 +138,7 @@ static lamp_status write_f32(const lamp_exec *exec, lamp_tensor *t, lamp_tensor 
 
 static lamp_status write_back(const lamp_exec *exec, lamp_tensor *t, const float *values) {
   if (t->dtype == LAMP_F32) return LAMP_OK;
-  return lamp_convert(exec->device, lamp_tensor_data(t), t->dtype, values, LAMP_F32, lamp_tensor_numel(t));
+  return lamp_convert_parallel(exec->device, lamp_tensor_data(t), t->dtype, values, LAMP_F32, lamp_tensor_numel(t));
 }
 
 static lamp_status pool_forward(lamp_layer *layer, const lamp_exec *exec, const lamp_tensor *x, lamp_tensor *y) {

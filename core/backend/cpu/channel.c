@@ -9,6 +9,7 @@
 #include "backend/backend.h"
 #include "backend/cpu/cpu_backend.h"
 #include "base/error.h"
+#include "tensor/dtype.h"
 
 #define BLOCK LAMP_CPU_BLOCK
 
@@ -153,34 +154,49 @@ lamp_status lamp_channel_affine(lamp_device device, void *y, lamp_dtype y_dtype,
   return lamp_parallel_for(device, j.tasks, affine_task, &j);
 }
 
+/* Rows a chunk at a time through the stage when y is 16-bit (rounded once, as lamp_convert of
+   the fp32 result would), in place when y is fp32. */
 static lamp_status combine_task(void *ctx, size_t worker, size_t t) {
   const affine_job *j = ctx;
   (void)worker;
   size_t i0, i1;
   image_range(j->n, j->tasks, t, &i0, &i1);
+  float stage[LAMP_CPU_CHUNK];
   for (size_t i = i0; i < i1; i++)
     for (size_t k = 0; k < j->c; k++) {
       size_t row = (i * j->c + k) * j->hw;
       float pk = j->p[k], qk = j->q[k], rk = j->r[k];
-      float *o = j->out + row;
-      const float *ra = j->a + row, *rb = j->b + row;
-      size_t e = 0;
-      for (; e + BLOCK <= j->hw; e += BLOCK) { /* through a local block: o may alias a or b */
-        float v[BLOCK];
-        for (size_t k = 0; k < BLOCK; k++) v[k] = pk * ra[e + k] + qk * rb[e + k] + rk;
-        for (size_t k = 0; k < BLOCK; k++) o[e + k] = v[k];
+      for (size_t p0 = 0; p0 < j->hw; p0 += LAMP_CPU_CHUNK) {
+        size_t len = lamp_cpu_min(LAMP_CPU_CHUNK, j->hw - p0);
+        float *o = lamp_cpu_scratch(stage, j->y, j->y_dtype, row + p0);
+        const float *ra = j->a + row + p0, *rb = j->b + row + p0;
+        size_t e = 0;
+        for (; e + BLOCK <= len; e += BLOCK) { /* through a local block: o may alias a or b */
+          float v[BLOCK];
+          for (size_t k = 0; k < BLOCK; k++) v[k] = pk * ra[e + k] + qk * rb[e + k] + rk;
+          for (size_t k = 0; k < BLOCK; k++) o[e + k] = v[k];
+        }
+        for (; e < len; e++) o[e] = pk * ra[e] + qk * rb[e] + rk;
+        lamp_cpu_commit(j->y, j->y_dtype, row + p0, o, len);
       }
-      for (; e < j->hw; e++) o[e] = pk * ra[e] + qk * rb[e] + rk;
     }
   return LAMP_OK;
 }
 
-lamp_status lamp_channel_combine(lamp_device device, float *out, const float *a, const float *b, const float *p,
-                                 const float *q, const float *r, size_t n, size_t c, size_t hw) {
+lamp_status lamp_channel_combine_typed(lamp_device device, void *out, lamp_dtype out_dtype, const float *a,
+                                       const float *b, const float *p, const float *q, const float *r, size_t n,
+                                       size_t c, size_t hw) {
   if (device != LAMP_CPU) return lamp_cpu_unsupported_device("channel_combine", device);
-  affine_job j = {.out = out, .a = a, .b = b, .p = p, .q = q, .r = r, .n = n, .c = c, .hw = hw,
+  lamp_status s = lamp_cpu_check_float("channel_combine", "out", out_dtype);
+  if (s != LAMP_OK) return s;
+  affine_job j = {.y = out, .y_dtype = out_dtype, .a = a, .b = b, .p = p, .q = q, .r = r, .n = n, .c = c, .hw = hw,
                   .tasks = task_count(n, n * c * hw)};
   return lamp_parallel_for(device, j.tasks, combine_task, &j);
+}
+
+lamp_status lamp_channel_combine(lamp_device device, float *out, const float *a, const float *b, const float *p,
+                                 const float *q, const float *r, size_t n, size_t c, size_t hw) {
+  return lamp_channel_combine_typed(device, out, LAMP_F32, a, b, p, q, r, n, c, hw);
 }
 
 /* ---- y = a + b ---------------------------------------------------------------------------- */
@@ -230,6 +246,36 @@ lamp_status lamp_add(lamp_device device, void *y, lamp_dtype y_dtype, const void
 lamp_status lamp_add_into(lamp_device device, void *y, lamp_dtype y_dtype, const void *x, lamp_dtype x_dtype,
                           size_t n) {
   return lamp_add(device, y, y_dtype, y, y_dtype, x, x_dtype, n);
+}
+
+/* ---- dtype conversion split across the threads ---------------------------------------- */
+
+typedef struct convert_job {
+  void *dst;
+  const void *src;
+  lamp_dtype dst_dtype, src_dtype;
+  size_t n, tasks;
+} convert_job;
+
+/* Task t converts [n t / T, n (t + 1) / T) rounded down to 64 elements (the last runs to n):
+   elementwise, so the result is lamp_convert's bit for bit. */
+static lamp_status convert_task(void *ctx, size_t worker, size_t t) {
+  const convert_job *j = ctx;
+  (void)worker;
+  size_t i0 = j->n * t / j->tasks / 64 * 64;
+  size_t i1 = t + 1 == j->tasks ? j->n : j->n * (t + 1) / j->tasks / 64 * 64;
+  if (i1 <= i0) return LAMP_OK;
+  size_t ds = lamp_dtype_size(j->dst_dtype), ss = lamp_dtype_size(j->src_dtype);
+  return lamp_convert(LAMP_CPU, (char *)j->dst + i0 * ds, j->dst_dtype, (const char *)j->src + i0 * ss, j->src_dtype,
+                      i1 - i0);
+}
+
+lamp_status lamp_convert_parallel(lamp_device device, void *dst, lamp_dtype dst_dtype, const void *src,
+                                  lamp_dtype src_dtype, size_t n) {
+  if (device != LAMP_CPU) return lamp_cpu_unsupported_device("convert", device);
+  convert_job j = {dst, src, dst_dtype, src_dtype, n, task_count(n, n)};
+  if (j.tasks <= 1 || dst == src) return lamp_convert(device, dst, dst_dtype, src, src_dtype, n);
+  return lamp_parallel_for(device, j.tasks, convert_task, &j);
 }
 
 /* ---- y = mask ? x * scale : 0 ------------------------------------------------------------- */

@@ -10,6 +10,7 @@
 */
 #include <pthread.h>
 #include <stddef.h>
+#include <stdint.h>
 #include <string.h>
 
 #include "backend/backend.h"
@@ -267,25 +268,51 @@ static int have_avx512(void) {
 /*
 ** The input planes with a zero border of one row and one column: [channels][h + 2][w + 2].
 ** Rows are short (a plane's width), so they are copied with masked vector moves rather than a
-** memcpy call each.
+** memcpy call each. 16-bit planes are widened on the way, exactly as lamp_convert widens them
+** (bf16: the bits shifted up; f16: vcvtph2ps, which is what F16C and lamp_f16_to_f32 give).
 */
-__attribute__((target("avx512f"))) static void pad_planes(float *xp, const float *x, const lamp_conv_geom *g) {
+__attribute__((target("avx512f"))) static inline __m512 widen16(__m256i h, lamp_dtype dtype) {
+  if (dtype == LAMP_BF16) return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+  return _mm512_cvtph_ps(h);
+}
+
+__attribute__((target("avx512f"))) static void pad_planes(float *xp, const void *x, lamp_dtype dtype,
+                                                          const lamp_conv_geom *g) {
   size_t h = g->height, w = g->width, wp = w + 2, hp = h + 2;
   const __m512 zero = _mm512_setzero_ps();
   for (size_t c = 0; c < g->channels; c++) {
     float *dst = xp + c * hp * wp;
-    const float *src = x + c * h * w;
     for (size_t k = 0; k < wp; k += 16) { /* the top and bottom rows */
       __mmask16 m = (__mmask16)((1u << lamp_cpu_min(16, wp - k)) - 1u);
       _mm512_mask_storeu_ps(dst + k, m, zero);
       _mm512_mask_storeu_ps(dst + (hp - 1) * wp + k, m, zero);
     }
+    if (dtype == LAMP_F32) {
+      const float *src = (const float *)x + c * h * w;
+      for (size_t y = 0; y < h; y++) {
+        float *row = dst + (y + 1) * wp;
+        row[0] = row[w + 1] = 0.0f;
+        for (size_t k = 0; k < w; k += 16) {
+          __mmask16 m = (__mmask16)((1u << lamp_cpu_min(16, w - k)) - 1u);
+          _mm512_mask_storeu_ps(row + 1 + k, m, _mm512_maskz_loadu_ps(m, src + y * w + k));
+        }
+      }
+      continue;
+    }
+    const uint16_t *src = (const uint16_t *)x + c * h * w;
     for (size_t y = 0; y < h; y++) {
       float *row = dst + (y + 1) * wp;
+      const uint16_t *in = src + y * w;
       row[0] = row[w + 1] = 0.0f;
-      for (size_t k = 0; k < w; k += 16) {
-        __mmask16 m = (__mmask16)((1u << lamp_cpu_min(16, w - k)) - 1u);
-        _mm512_mask_storeu_ps(row + 1 + k, m, _mm512_maskz_loadu_ps(m, src + y * w + k));
+      size_t k = 0;
+      for (; k + 16 <= w; k += 16)
+        _mm512_storeu_ps(row + 1 + k, widen16(_mm256_loadu_si256((const __m256i *)(const void *)(in + k)), dtype));
+      if (k < w) { /* the tail through a zeroed stage: AVX-512F has no masked 16-bit load */
+        size_t n = w - k;
+        uint16_t stage[16] = {0};
+        memcpy(stage, in + k, n * sizeof *stage);
+        __mmask16 m = (__mmask16)((1u << n) - 1u);
+        _mm512_mask_storeu_ps(row + 1 + k, m, widen16(_mm256_loadu_si256((const __m256i *)(const void *)stage), dtype));
       }
     }
   }
@@ -330,9 +357,9 @@ __attribute__((target("avx512f"))) static void direct_block(float *out, size_t l
   for (size_t o = 0; o < valid; o++) _mm512_mask_storeu_ps(dst + o * ld_out, mask, acc[o]);
 }
 
-static void direct_cpu(float *out, size_t ld_out, const float *x, const float *wt, size_t ldw, size_t n_out,
-                       const lamp_conv_geom *g, float *work) {
-  pad_planes(work, x, g);
+static void direct_cpu(float *out, size_t ld_out, const void *x, lamp_dtype x_dtype, const float *wt, size_t ldw,
+                       size_t n_out, const lamp_conv_geom *g, float *work) {
+  pad_planes(work, x, x_dtype, g);
   for (size_t o0 = 0; o0 < n_out; o0 += DIRECT_BLOCK)
     for (size_t oy = 0; oy < g->out_h; oy++)
       for (size_t ox = 0; ox < g->out_w; ox += DIRECT_BLOCK)
@@ -383,22 +410,22 @@ __attribute__((target("avx512f"))) static void grad_block(float *gw, size_t ldg,
     }
 }
 
-static void grad_cpu(float *gw, size_t ldg, const float *x, const float *dy, size_t n_out, const lamp_conv_geom *g,
-                     float *work, int accumulate) {
-  pad_planes(work, x, g);
+static void grad_cpu(float *gw, size_t ldg, const void *x, lamp_dtype x_dtype, const float *dy, size_t n_out,
+                     const lamp_conv_geom *g, float *work, int accumulate) {
+  pad_planes(work, x, x_dtype, g);
   for (size_t o0 = 0; o0 < n_out; o0 += GRAD_BLOCK)
     for (size_t c = 0; c < g->channels; c++)
       for (size_t i = 0; i < 3; i++) grad_block(gw, ldg, work, dy, o0, n_out, c, i, g, accumulate);
 }
 #else
 static int have_avx512(void) { return 0; }
-static void grad_cpu(float *gw, size_t ldg, const float *x, const float *dy, size_t n_out, const lamp_conv_geom *g,
-                     float *work, int accumulate) {
-  (void)gw, (void)ldg, (void)x, (void)dy, (void)n_out, (void)g, (void)work, (void)accumulate;
+static void grad_cpu(float *gw, size_t ldg, const void *x, lamp_dtype x_dtype, const float *dy, size_t n_out,
+                     const lamp_conv_geom *g, float *work, int accumulate) {
+  (void)gw, (void)ldg, (void)x, (void)x_dtype, (void)dy, (void)n_out, (void)g, (void)work, (void)accumulate;
 }
-static void direct_cpu(float *out, size_t ld_out, const float *x, const float *wt, size_t ldw, size_t n_out,
-                       const lamp_conv_geom *g, float *work) {
-  (void)out, (void)ld_out, (void)x, (void)wt, (void)ldw, (void)n_out, (void)g, (void)work;
+static void direct_cpu(float *out, size_t ld_out, const void *x, lamp_dtype x_dtype, const float *wt, size_t ldw,
+                       size_t n_out, const lamp_conv_geom *g, float *work) {
+  (void)out, (void)ld_out, (void)x, (void)x_dtype, (void)wt, (void)ldw, (void)n_out, (void)g, (void)work;
 }
 #endif
 
@@ -412,23 +439,38 @@ size_t lamp_conv_direct_work(const lamp_conv_geom *g) {
   return g->channels * (g->height + 2) * (g->width + 2);
 }
 
-lamp_status lamp_conv_direct(lamp_device device, float *out, size_t ld_out, const float *x, const float *wt,
-                             size_t ldw, size_t n_out, const lamp_conv_geom *g, float *work) {
+lamp_status lamp_conv_direct_typed(lamp_device device, float *out, size_t ld_out, const void *x, lamp_dtype x_dtype,
+                                   const float *wt, size_t ldw, size_t n_out, const lamp_conv_geom *g, float *work) {
   if (device != LAMP_CPU) return lamp_cpu_unsupported_device("conv_direct", device);
   if (!lamp_conv_direct_supported(device, g))
     return lamp_error(LAMP_ERR_UNSUPPORTED, "conv_direct: this geometry or CPU is not supported");
   if (ldw < lamp_conv_direct_width(n_out) || ldw % DIRECT_BLOCK != 0)
     return lamp_error(LAMP_ERR_INVALID_ARG, "conv_direct: ldw %zu must be a multiple of %d covering %zu outputs", ldw,
                       DIRECT_BLOCK, n_out);
-  direct_cpu(out, ld_out, x, wt, ldw, n_out, g, work);
+  lamp_status s = lamp_cpu_check_float("conv_direct", "x", x_dtype);
+  if (s != LAMP_OK) return s;
+  direct_cpu(out, ld_out, x, x_dtype, wt, ldw, n_out, g, work);
+  return LAMP_OK;
+}
+
+lamp_status lamp_conv_direct(lamp_device device, float *out, size_t ld_out, const float *x, const float *wt,
+                             size_t ldw, size_t n_out, const lamp_conv_geom *g, float *work) {
+  return lamp_conv_direct_typed(device, out, ld_out, x, LAMP_F32, wt, ldw, n_out, g, work);
+}
+
+lamp_status lamp_conv_direct_grad_typed(lamp_device device, float *gw, size_t ldg, const void *x, lamp_dtype x_dtype,
+                                        const float *dy, size_t n_out, const lamp_conv_geom *g, float *work,
+                                        int accumulate) {
+  if (device != LAMP_CPU) return lamp_cpu_unsupported_device("conv_direct_grad", device);
+  if (!lamp_conv_direct_supported(device, g))
+    return lamp_error(LAMP_ERR_UNSUPPORTED, "conv_direct_grad: this geometry or CPU is not supported");
+  lamp_status s = lamp_cpu_check_float("conv_direct_grad", "x", x_dtype);
+  if (s != LAMP_OK) return s;
+  grad_cpu(gw, ldg, x, x_dtype, dy, n_out, g, work, accumulate);
   return LAMP_OK;
 }
 
 lamp_status lamp_conv_direct_grad(lamp_device device, float *gw, size_t ldg, const float *x, const float *dy,
                                   size_t n_out, const lamp_conv_geom *g, float *work, int accumulate) {
-  if (device != LAMP_CPU) return lamp_cpu_unsupported_device("conv_direct_grad", device);
-  if (!lamp_conv_direct_supported(device, g))
-    return lamp_error(LAMP_ERR_UNSUPPORTED, "conv_direct_grad: this geometry or CPU is not supported");
-  grad_cpu(gw, ldg, x, dy, n_out, g, work, accumulate);
-  return LAMP_OK;
+  return lamp_conv_direct_grad_typed(device, gw, ldg, x, LAMP_F32, dy, n_out, g, work, accumulate);
 }
