@@ -40,6 +40,21 @@ static inline int lamp_nn_is_activation(const lamp_tensor *t) {
 }
 
 /*
+** A container's name for a child's parameter or buffer: "<prefix>.<child name>" written into
+** buf, *name pointed at it ("2.weight", "block.1.running_mean"). `what` ("Sequential: parameter")
+** starts the message when the result does not fit.
+*/
+static inline lamp_status lamp_nn_prefix_name(const char **name, const char *prefix, char *buf, size_t size,
+                                              const char *what) {
+  int len = snprintf(buf, size, "%s.%s", prefix, *name);
+  if (len < 0 || (size_t)len >= size)
+    return lamp_error(LAMP_ERR_INVALID_ARG, "%s name %s.%s is longer than %zu characters", what, prefix, *name,
+                      size ? size - 1 : 0);
+  *name = buf;
+  return LAMP_OK;
+}
+
+/*
 ** The bind protocol for one parameter (slot w, g): weight == grad == NULL unbinds; binding a
 ** bound slot is an error; the views must be contiguous, shaped as declared, the gradient f32
 ** (and the weight too when keep_f32). `layer` and `what` name the layer and the parameter.

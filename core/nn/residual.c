@@ -78,15 +78,6 @@ static lamp_layer *owner(const residual *r, size_t i, size_t n_block, size_t *lo
   return r->proj;
 }
 
-static lamp_status prefix_name(const char **name, const char *prefix, char *name_buf, size_t name_size) {
-  int len = snprintf(name_buf, name_size, "%s.%s", prefix, *name);
-  if (len < 0 || (size_t)len >= name_size)
-    return lamp_error(LAMP_ERR_INVALID_ARG, "Residual: name %s.%s is longer than %zu characters", prefix, *name,
-                      name_size ? name_size - 1 : 0);
-  *name = name_buf;
-  return LAMP_OK;
-}
-
 static lamp_status res_param_decl(const lamp_layer *layer, size_t i, lamp_param_decl *out, char *name_buf,
                                   size_t name_size) {
   const residual *r = (const residual *)layer;
@@ -97,7 +88,7 @@ static lamp_status res_param_decl(const lamp_layer *layer, size_t i, lamp_param_
   lamp_layer *c = owner(r, i, r->block_params, &local, &prefix);
   char child_name[256];
   lamp_status st = c->ops->param_decl(c, local, out, child_name, sizeof child_name);
-  if (st == LAMP_OK) st = prefix_name(&out->name, prefix, name_buf, name_size);
+  if (st == LAMP_OK) st = lamp_nn_prefix_name(&out->name, prefix, name_buf, name_size, "Residual:");
   return st;
 }
 
@@ -111,7 +102,7 @@ static lamp_status res_buffer_decl(const lamp_layer *layer, size_t i, lamp_buffe
   lamp_layer *c = owner(r, i, r->block_buffers, &local, &prefix);
   char child_name[256];
   lamp_status st = c->ops->buffer_decl(c, local, out, child_name, sizeof child_name);
-  if (st == LAMP_OK) st = prefix_name(&out->name, prefix, name_buf, name_size);
+  if (st == LAMP_OK) st = lamp_nn_prefix_name(&out->name, prefix, name_buf, name_size, "Residual:");
   return st;
 }
 

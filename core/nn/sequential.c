@@ -11,6 +11,7 @@
 
 #include "base/error.h"
 #include "nn/layer.h"
+#include "nn/layer_util.h"
 
 typedef struct sequential {
   lamp_layer base;
@@ -54,16 +55,28 @@ static size_t seq_param_count(const lamp_layer *layer) {
   return s->first_param[s->n];
 }
 
-/* The child owning parameter i; *local is i's index inside that child. */
-static lamp_status find_param(const sequential *s, size_t i, size_t *child, size_t *local) {
+/*
+** Child j owns the parameters (or buffers) first[j] .. first[j+1]-1; *local is i's index inside
+** it. `what` is "parameter" or "buffer", for the message.
+*/
+static lamp_status find_owner(const sequential *s, const size_t *first, size_t i, const char *what, size_t *child,
+                              size_t *local) {
   for (size_t j = 0; j < s->n; j++) {
-    if (i < s->first_param[j + 1]) {
+    if (i < first[j + 1]) {
       *child = j;
-      *local = i - s->first_param[j];
+      *local = i - first[j];
       return LAMP_OK;
     }
   }
-  return lamp_error(LAMP_ERR_INVALID_ARG, "Sequential: no parameter %zu (it has %zu)", i, s->first_param[s->n]);
+  return lamp_error(LAMP_ERR_INVALID_ARG, "Sequential: no %s %zu (it has %zu)", what, i, first[s->n]);
+}
+
+static lamp_status find_param(const sequential *s, size_t i, size_t *child, size_t *local) {
+  return find_owner(s, s->first_param, i, "parameter", child, local);
+}
+
+static lamp_status find_buffer(const sequential *s, size_t i, size_t *child, size_t *local) {
+  return find_owner(s, s->first_buffer, i, "buffer", child, local);
 }
 
 /* The child's name gets the 0-based child index as prefix: "2.weight", "0.1.bias". */
@@ -73,33 +86,16 @@ static lamp_status seq_param_decl(const lamp_layer *layer, size_t i, lamp_param_
   size_t j, local;
   lamp_status st = find_param(s, i, &j, &local);
   if (st != LAMP_OK) return st;
-  char child_name[256];
+  char child_name[256], prefix[24];
   lamp_layer *c = s->children[j];
   st = c->ops->param_decl(c, local, out, child_name, sizeof child_name);
-  if (st != LAMP_OK) return st;
-  int len = snprintf(name_buf, name_size, "%zu.%s", j, out->name);
-  if (len < 0 || (size_t)len >= name_size)
-    return lamp_error(LAMP_ERR_INVALID_ARG, "Sequential: parameter name %zu.%s is longer than %zu characters", j,
-                      out->name, name_size ? name_size - 1 : 0);
-  out->name = name_buf;
-  return LAMP_OK;
+  snprintf(prefix, sizeof prefix, "%zu", j);
+  return st != LAMP_OK ? st : lamp_nn_prefix_name(&out->name, prefix, name_buf, name_size, "Sequential: parameter");
 }
 
-/* Buffers, like parameters: child j owns first_buffer[j] .. first_buffer[j+1]-1, names prefixed. */
 static size_t seq_buffer_count(const lamp_layer *layer) {
   const sequential *s = (const sequential *)layer;
   return s->first_buffer[s->n];
-}
-
-static lamp_status find_buffer(const sequential *s, size_t i, size_t *child, size_t *local) {
-  for (size_t j = 0; j < s->n; j++) {
-    if (i < s->first_buffer[j + 1]) {
-      *child = j;
-      *local = i - s->first_buffer[j];
-      return LAMP_OK;
-    }
-  }
-  return lamp_error(LAMP_ERR_INVALID_ARG, "Sequential: no buffer %zu (it has %zu)", i, s->first_buffer[s->n]);
 }
 
 static lamp_status seq_buffer_decl(const lamp_layer *layer, size_t i, lamp_buffer_decl *out, char *name_buf,
@@ -108,16 +104,11 @@ static lamp_status seq_buffer_decl(const lamp_layer *layer, size_t i, lamp_buffe
   size_t j, local;
   lamp_status st = find_buffer(s, i, &j, &local);
   if (st != LAMP_OK) return st;
-  char child_name[256];
+  char child_name[256], prefix[24];
   lamp_layer *c = s->children[j];
   st = c->ops->buffer_decl(c, local, out, child_name, sizeof child_name);
-  if (st != LAMP_OK) return st;
-  int len = snprintf(name_buf, name_size, "%zu.%s", j, out->name);
-  if (len < 0 || (size_t)len >= name_size)
-    return lamp_error(LAMP_ERR_INVALID_ARG, "Sequential: buffer name %zu.%s is longer than %zu characters", j,
-                      out->name, name_size ? name_size - 1 : 0);
-  out->name = name_buf;
-  return LAMP_OK;
+  snprintf(prefix, sizeof prefix, "%zu", j);
+  return st != LAMP_OK ? st : lamp_nn_prefix_name(&out->name, prefix, name_buf, name_size, "Sequential: buffer");
 }
 
 static lamp_status seq_bind_buffer(lamp_layer *layer, size_t i, lamp_tensor *buffer) {
