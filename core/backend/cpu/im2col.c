@@ -357,13 +357,17 @@ __attribute__((target("avx512f"))) static void direct_block(float *out, size_t l
   for (size_t o = 0; o < valid; o++) _mm512_mask_storeu_ps(dst + o * ld_out, mask, acc[o]);
 }
 
-static void direct_cpu(float *out, size_t ld_out, const void *x, lamp_dtype x_dtype, const float *wt, size_t ldw,
-                       size_t n_out, const lamp_conv_geom *g, float *work) {
+/* Both kernels leave with vzeroupper: the SSE code after them would run slowly behind dirty
+   upper register halves. */
+__attribute__((target("avx512f"))) static void direct_cpu(float *out, size_t ld_out, const void *x, lamp_dtype x_dtype,
+                                                          const float *wt, size_t ldw, size_t n_out,
+                                                          const lamp_conv_geom *g, float *work) {
   pad_planes(work, x, x_dtype, g);
   for (size_t o0 = 0; o0 < n_out; o0 += DIRECT_BLOCK)
     for (size_t oy = 0; oy < g->out_h; oy++)
       for (size_t ox = 0; ox < g->out_w; ox += DIRECT_BLOCK)
         direct_block(out, ld_out, work, wt, ldw, o0, n_out, oy, ox, lamp_cpu_min(DIRECT_BLOCK, g->out_w - ox), g);
+  _mm256_zeroupper();
 }
 
 /*
@@ -410,12 +414,14 @@ __attribute__((target("avx512f"))) static void grad_block(float *gw, size_t ldg,
     }
 }
 
-static void grad_cpu(float *gw, size_t ldg, const void *x, lamp_dtype x_dtype, const float *dy, size_t n_out,
-                     const lamp_conv_geom *g, float *work, int accumulate) {
+__attribute__((target("avx512f"))) static void grad_cpu(float *gw, size_t ldg, const void *x, lamp_dtype x_dtype,
+                                                        const float *dy, size_t n_out, const lamp_conv_geom *g,
+                                                        float *work, int accumulate) {
   pad_planes(work, x, x_dtype, g);
   for (size_t o0 = 0; o0 < n_out; o0 += GRAD_BLOCK)
     for (size_t c = 0; c < g->channels; c++)
       for (size_t i = 0; i < 3; i++) grad_block(gw, ldg, work, dy, o0, n_out, c, i, g, accumulate);
+  _mm256_zeroupper();
 }
 #else
 static int have_avx512(void) { return 0; }

@@ -150,6 +150,7 @@ __attribute__((target("avx512f"))) static void maxpool_plane_2x2_avx512(float *y
       _mm512_mask_storeu_epi32(arg + oy * ow + ox, out, at);
     }
   }
+  _mm256_zeroupper(); /* the SSE code after this would run slowly behind dirty upper halves */
 }
 
 static int maxpool_fast(float *y, int32_t *arg, const float *x, const lamp_conv_geom *g) {
