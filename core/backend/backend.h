@@ -168,9 +168,11 @@ lamp_status lamp_channel_reduce(lamp_device device, const float *a, const float 
                                 const float *b_center, size_t n, size_t c, size_t hw, double *sum_a,
                                 double *sum_ab);
 
-/* y[i, k, :] = x[i, k, :] * scale[k] + shift[k], rounded to y_dtype. */
+/* y[i, k, :] = x[i, k, :] * scale[k] + shift[k], rounded to y_dtype. With `relu`, a ReLU is applied
+   on the way (v <= 0 gives +0, NaN stays NaN: lamp_relu_forward's rule), the same bits as the two
+   passes one after the other. */
 lamp_status lamp_channel_affine(lamp_device device, void *y, lamp_dtype y_dtype, const float *x,
-                                const float *scale, const float *shift, size_t n, size_t c, size_t hw);
+                                const float *scale, const float *shift, size_t n, size_t c, size_t hw, int relu);
 
 /* out[i, k, :] = p[k] * a[i, k, :] + q[k] * b[i, k, :] + r[k] (BatchNorm's input gradient). */
 lamp_status lamp_channel_combine(lamp_device device, float *out, const float *a, const float *b, const float *p,
@@ -188,9 +190,10 @@ lamp_status lamp_channel_combine_typed(lamp_device device, void *out, lamp_dtype
 lamp_status lamp_add_into(lamp_device device, void *y, lamp_dtype y_dtype, const void *x, lamp_dtype x_dtype,
                           size_t n);
 
-/* y = a + b elementwise, in fp32, rounded to y's dtype; y may alias a or b exactly. */
+/* y = a + b elementwise, in fp32, rounded to y's dtype; y may alias a or b exactly. `relu` as in
+   lamp_channel_affine. */
 lamp_status lamp_add(lamp_device device, void *y, lamp_dtype y_dtype, const void *a, lamp_dtype a_dtype,
-                     const void *b, lamp_dtype b_dtype, size_t n);
+                     const void *b, lamp_dtype b_dtype, size_t n, int relu);
 
 /*
 ** fn(ctx, worker, task) for every task in [0, n_tasks), on up to lamp_backend_threads() threads

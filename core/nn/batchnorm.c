@@ -241,8 +241,7 @@ static void running_statistics(batchnorm *b) {
   }
 }
 
-static lamp_status bn_forward(lamp_layer *layer, const lamp_exec *exec, const lamp_tensor *x, lamp_tensor *y) {
-  batchnorm *b = (batchnorm *)layer;
+static lamp_status forward_pass(batchnorm *b, const lamp_exec *exec, const lamp_tensor *x, lamp_tensor *y, int relu) {
   size_t n, hw, c = (size_t)b->c;
   lamp_status st = check_bound(b);
   if (st == LAMP_OK) st = check_input(b, x, &n, &hw);
@@ -260,7 +259,16 @@ static lamp_status bn_forward(lamp_layer *layer, const lamp_exec *exec, const la
     b->p[k] = weight_at(b, k) * b->invstd[k];
     b->q[k] = bias_at(b, k) - b->mean[k] * b->p[k];
   }
-  return lamp_channel_affine(exec->device, lamp_tensor_data(y), y->dtype, xd, b->p, b->q, n, c, hw);
+  return lamp_channel_affine(exec->device, lamp_tensor_data(y), y->dtype, xd, b->p, b->q, n, c, hw, relu);
+}
+
+static lamp_status bn_forward(lamp_layer *layer, const lamp_exec *exec, const lamp_tensor *x, lamp_tensor *y) {
+  return forward_pass((batchnorm *)layer, exec, x, y, 0);
+}
+
+/* The ReLU after a BatchNorm rides on its affine pass; backward never reads y (see layer.h). */
+static lamp_status bn_forward_relu(lamp_layer *layer, const lamp_exec *exec, const lamp_tensor *x, lamp_tensor *y) {
+  return forward_pass((batchnorm *)layer, exec, x, y, 1);
 }
 
 /* ---- backward ------------------------------------------------------------------------------ */
@@ -383,6 +391,7 @@ static const lamp_layer_ops batchnorm_ops = {
     .buffer_count = bn_buffer_count,
     .buffer_decl = bn_buffer_decl,
     .bind_buffer = bn_bind_buffer,
+    .forward_relu = bn_forward_relu,
 };
 
 lamp_status lamp_batchnorm2d_new(lamp_layer **out, int64_t channels, const lamp_batchnorm_options *options) {

@@ -138,6 +138,14 @@ typedef struct lamp_layer_ops {
   /* Optional (NULL for leaves): the children of a container, for printing the tree. */
   size_t (*child_count)(const lamp_layer *layer);
   lamp_layer *(*child)(const lamp_layer *layer, size_t i);
+  /*
+  ** Optional: forward with a ReLU fused onto the output, y = max(forward(x), 0) rounded once to
+  ** y's dtype, the same bits as forward then ReLU. A Sequential that finds such a layer right
+  ** before a ReLU runs the pair as this one call and never stores the layer's own output (one
+  ** pass and one activation fewer). In backward the layer is then handed the rectified output
+  ** as y, so only layers whose backward ignores y may offer it.
+  */
+  lamp_status (*forward_relu)(lamp_layer *layer, const lamp_exec *exec, const lamp_tensor *x, lamp_tensor *y);
 } lamp_layer_ops;
 
 struct lamp_layer {
@@ -168,6 +176,7 @@ void lamp_layer_summary(const lamp_layer *layer, char *buf, size_t size);
 /* Constructors. Each returns a layer with refcount 1. */
 lamp_status lamp_linear_new(lamp_layer **out, int64_t in_features, int64_t out_features, int bias);
 lamp_status lamp_relu_new(lamp_layer **out);
+int lamp_layer_is_relu(const lamp_layer *layer); /* 1 for a layer made by lamp_relu_new */
 /* Retains each child. */
 lamp_status lamp_sequential_new(lamp_layer **out, lamp_layer *const *children, size_t n);
 

@@ -149,6 +149,8 @@ static const lamp_layer_ops relu_ops = {
     .destroy = relu_destroy,
 };
 
+int lamp_layer_is_relu(const lamp_layer *layer) { return layer != NULL && layer->ops == &relu_ops; }
+
 lamp_status lamp_relu_new(lamp_layer **out) {
   *out = NULL;
   relu *r = calloc(1, sizeof *r);

@@ -138,8 +138,7 @@ static lamp_status run_child(lamp_layer *child, const lamp_exec *exec, const lam
   return st;
 }
 
-static lamp_status res_forward(lamp_layer *layer, const lamp_exec *exec, const lamp_tensor *x, lamp_tensor *y) {
-  residual *r = (residual *)layer;
+static lamp_status forward_pass(residual *r, const lamp_exec *exec, const lamp_tensor *x, lamp_tensor *y, int relu) {
   lamp_status st = run_child(r->block, exec, x, &r->h);
   if (st != LAMP_OK) return st;
   const lamp_tensor *skip = x;
@@ -152,10 +151,19 @@ static lamp_status res_forward(lamp_layer *layer, const lamp_exec *exec, const l
   if (st == LAMP_OK) st = check_same(r->h, y->ndim, y->shape, "the output");
   if (st == LAMP_OK && !lamp_nn_is_activation(y)) st = lamp_error(LAMP_ERR_INVALID_ARG, "Residual: the output must be a contiguous floating-point tensor");
   size_t n = lamp_tensor_numel(y);
-  if (st == LAMP_OK) /* one pass: the sum of both branches, rounded once */
+  if (st == LAMP_OK) /* one pass: the sum of both branches (rectified when fused), rounded once */
     st = lamp_add(exec->device, lamp_tensor_data(y), y->dtype, lamp_tensor_data(r->h), r->h->dtype,
-                  lamp_tensor_data(skip), skip->dtype, n);
+                  lamp_tensor_data(skip), skip->dtype, n, relu);
   return st;
+}
+
+static lamp_status res_forward(lamp_layer *layer, const lamp_exec *exec, const lamp_tensor *x, lamp_tensor *y) {
+  return forward_pass((residual *)layer, exec, x, y, 0);
+}
+
+/* A ResNet block's closing ReLU rides on the sum; backward never reads y (see layer.h). */
+static lamp_status res_forward_relu(lamp_layer *layer, const lamp_exec *exec, const lamp_tensor *x, lamp_tensor *y) {
+  return forward_pass((residual *)layer, exec, x, y, 1);
 }
 
 static lamp_status check_ready(const residual *r, const lamp_tensor *dy) {
@@ -273,6 +281,7 @@ static const lamp_layer_ops residual_ops = {
     .bind_buffer = res_bind_buffer,
     .child_count = res_child_count,
     .child = res_child,
+    .forward_relu = res_forward_relu,
 };
 
 lamp_status lamp_residual_new(lamp_layer **out, lamp_layer *block, lamp_layer *projection) {

@@ -4,6 +4,10 @@
 ** and reused across batches), because accumulate_grads, which the model calls after
 ** backward_input, must hand each child the same (input, output gradient) pair that
 ** backward_input computed.
+**
+** A child that offers forward_relu, followed by a ReLU, runs with it as one forward (fused[i]):
+** the child's own output is never stored. Backward still walks both: the ReLU reads only its
+** output, which stands in for its input, and the child is handed the rectified output as y.
 */
 #include <stdarg.h>
 #include <stdio.h>
@@ -19,16 +23,24 @@ typedef struct sequential {
   lamp_layer **children;
   size_t *first_param; /* [n + 1]: child j owns parameters first_param[j] .. first_param[j+1]-1 */
   size_t *first_buffer; /* [n + 1]: the same for buffers */
-  lamp_tensor **acts;  /* [n - 1]: output of child i, the input of child i + 1 */
+  lamp_tensor **acts;  /* [n - 1]: output of child i, the input of child i + 1 (NULL when fused[i]) */
   lamp_tensor **grads; /* [n - 1]: dL/d acts[i] */
+  unsigned char *fused; /* [n]: child i runs with the ReLU after it as one forward */
+  int forwarded;        /* a forward has run: backward has activations to work from */
 } sequential;
 
-static const lamp_tensor *input_of(const sequential *s, size_t i, const lamp_tensor *x) {
-  return i == 0 ? x : s->acts[i - 1];
+/* What child i's output is stored as: for a fused child, the pair's (rectified) output. */
+static const lamp_tensor *output_of(const sequential *s, size_t i, const lamp_tensor *y) {
+  if (s->fused[i]) i++;
+  return i + 1 == s->n ? y : s->acts[i];
 }
 
-static const lamp_tensor *output_of(const sequential *s, size_t i, const lamp_tensor *y) {
-  return i + 1 == s->n ? y : s->acts[i];
+/* Child i's input; for the ReLU of a fused pair, never stored, its output stands in (ReLU's
+   backward reads only the output, and shapes and dtypes agree). y may be NULL where child i
+   cannot be such a ReLU. */
+static const lamp_tensor *input_of(const sequential *s, size_t i, const lamp_tensor *x, const lamp_tensor *y) {
+  if (i == 0) return x;
+  return s->fused[i - 1] ? output_of(s, i, y) : s->acts[i - 1];
 }
 
 static lamp_status seq_output_shape(const lamp_layer *layer, int ndim, const int64_t *in, int *out_ndim,
@@ -130,51 +142,68 @@ static lamp_status seq_bind(lamp_layer *layer, size_t i, lamp_tensor *weight, la
   return s->children[j]->ops->bind(s->children[j], local, weight, grad);
 }
 
+/* Where child i's forward writes: y when it (or the ReLU fused after it) is the last child, else
+   that one's slot in acts, sized from child i's output_shape (a ReLU keeps the shape). */
+static lamp_status output_tensor(sequential *s, size_t i, const lamp_exec *exec, const lamp_tensor *in,
+                                 lamp_tensor *y, lamp_tensor **out) {
+  lamp_layer *c = s->children[i];
+  if (s->fused[i]) i++;
+  *out = y;
+  if (i + 1 == s->n) return LAMP_OK;
+  int nd;
+  int64_t shape[LAMP_MAX_DIMS];
+  lamp_status st = c->ops->output_shape(c, in->ndim, in->shape, &nd, shape);
+  if (st == LAMP_OK)
+    st = lamp_tensor_ensure(&s->acts[i], exec->activation_dtype, exec->device, nd, shape, LAMP_MEM_ACTIVATIONS);
+  if (st == LAMP_OK) *out = s->acts[i];
+  return st;
+}
+
 static lamp_status seq_forward(lamp_layer *layer, const lamp_exec *exec, const lamp_tensor *x, lamp_tensor *y) {
   sequential *s = (sequential *)layer;
   const lamp_tensor *in = x;
+  s->forwarded = 0;
   for (size_t i = 0; i < s->n; i++) {
     lamp_layer *c = s->children[i];
-    lamp_tensor *out = y;
-    if (i + 1 < s->n) {
-      int nd;
-      int64_t shape[LAMP_MAX_DIMS];
-      lamp_status st = c->ops->output_shape(c, in->ndim, in->shape, &nd, shape);
-      if (st == LAMP_OK)
-        st = lamp_tensor_ensure(&s->acts[i], exec->activation_dtype, exec->device, nd, shape, LAMP_MEM_ACTIVATIONS);
-      if (st != LAMP_OK) return st;
-      out = s->acts[i];
-    }
-    lamp_status st = c->ops->forward(c, exec, in, out);
+    lamp_tensor *out;
+    lamp_status st = output_tensor(s, i, exec, in, y, &out);
+    if (st == LAMP_OK) st = s->fused[i] ? c->ops->forward_relu(c, exec, in, out) : c->ops->forward(c, exec, in, out);
     if (st != LAMP_OK) return st;
     in = out;
+    if (s->fused[i]) i++;
   }
+  s->forwarded = 1;
   return LAMP_OK;
 }
 
 /* Where child i's input gradient goes: dx for the first child, else a buffer shaped like its input. */
-static lamp_status input_gradient(sequential *s, size_t i, lamp_tensor *dx, lamp_tensor **din) {
+static lamp_status input_gradient(sequential *s, size_t i, const lamp_tensor *in, lamp_tensor *dx, lamp_tensor **din) {
   *din = dx;
   if (i == 0) return LAMP_OK;
-  const lamp_tensor *a = s->acts[i - 1];
-  lamp_status st = lamp_tensor_ensure(&s->grads[i - 1], a->dtype, a->device, a->ndim, a->shape, LAMP_MEM_ACTIVATIONS);
+  lamp_status st = lamp_tensor_ensure(&s->grads[i - 1], in->dtype, in->device, in->ndim, in->shape, LAMP_MEM_ACTIVATIONS);
   if (st == LAMP_OK) *din = s->grads[i - 1];
   return st;
+}
+
+static lamp_status check_forwarded(const sequential *s) {
+  if (s->forwarded) return LAMP_OK;
+  return lamp_error(LAMP_ERR_INVALID_USAGE, "Sequential: backward before forward");
 }
 
 /* Walks the children in reverse; dx == NULL reaches the first child, which then does nothing. */
 static lamp_status seq_backward_input(lamp_layer *layer, const lamp_exec *exec, const lamp_tensor *x,
                                       const lamp_tensor *y, const lamp_tensor *dy, lamp_tensor *dx) {
   sequential *s = (sequential *)layer;
-  if (s->n > 1 && s->acts[s->n - 2] == NULL)
-    return lamp_error(LAMP_ERR_INVALID_USAGE, "Sequential: backward before forward");
+  lamp_status st = check_forwarded(s);
+  if (st != LAMP_OK) return st;
   const lamp_tensor *dout = dy;
   for (size_t i = s->n; i-- > 0;) {
     lamp_layer *c = s->children[i];
     lamp_tensor *din;
-    lamp_status st = input_gradient(s, i, dx, &din);
+    const lamp_tensor *in = input_of(s, i, x, y);
+    st = input_gradient(s, i, in, dx, &din);
     if (st != LAMP_OK) return st;
-    st = c->ops->backward_input(c, exec, input_of(s, i, x), output_of(s, i, y), dout, din);
+    st = c->ops->backward_input(c, exec, in, output_of(s, i, y), dout, din);
     if (st != LAMP_OK) return st;
     dout = din;
   }
@@ -189,15 +218,15 @@ static lamp_status seq_backward_input(lamp_layer *layer, const lamp_exec *exec, 
 static lamp_status seq_backward(lamp_layer *layer, const lamp_exec *exec, const lamp_tensor *x,
                                 const lamp_tensor *y, const lamp_tensor *dy, lamp_tensor *dx, size_t first_param) {
   sequential *s = (sequential *)layer;
-  if (s->n > 1 && s->acts[s->n - 2] == NULL)
-    return lamp_error(LAMP_ERR_INVALID_USAGE, "Sequential: backward before forward");
+  lamp_status st = check_forwarded(s);
+  if (st != LAMP_OK) return st;
   const lamp_tensor *dout = dy;
   for (size_t i = s->n; i-- > 0;) {
     lamp_layer *c = s->children[i];
     lamp_tensor *din;
-    lamp_status st = input_gradient(s, i, dx, &din);
+    const lamp_tensor *in = input_of(s, i, x, y), *out = output_of(s, i, y);
+    st = input_gradient(s, i, in, dx, &din);
     if (st != LAMP_OK) return st;
-    const lamp_tensor *in = input_of(s, i, x), *out = output_of(s, i, y);
     size_t child_first = first_param + s->first_param[i];
     if (c->ops->backward != NULL) {
       st = c->ops->backward(c, exec, in, out, dout, din, child_first);
@@ -221,9 +250,9 @@ static lamp_status seq_accumulate_grads(lamp_layer *layer, const lamp_exec *exec
     return lamp_error(LAMP_ERR_INVALID_USAGE, "Sequential: accumulate_grads before backward_input");
   for (size_t i = s->n; i-- > 0;) {
     lamp_layer *c = s->children[i];
-    if (c->ops->accumulate_grads == NULL) continue;
+    if (c->ops->accumulate_grads == NULL) continue; /* the ReLU of a fused pair among them: y is not needed */
     const lamp_tensor *dout = i + 1 == s->n ? dy : s->grads[i];
-    lamp_status st = c->ops->accumulate_grads(c, exec, input_of(s, i, x), dout);
+    lamp_status st = c->ops->accumulate_grads(c, exec, input_of(s, i, x, NULL), dout);
     if (st != LAMP_OK) return st;
   }
   return LAMP_OK;
@@ -297,6 +326,7 @@ static void seq_destroy(lamp_layer *layer) {
   free(s->first_buffer);
   release_tensors(s->acts, s->n); /* the last slot is always NULL */
   release_tensors(s->grads, s->n);
+  free(s->fused);
   free(s);
 }
 
@@ -338,8 +368,10 @@ lamp_status lamp_sequential_new(lamp_layer **out, lamp_layer *const *children, s
     s->first_buffer = calloc(n + 1, sizeof *s->first_buffer);
     s->acts = calloc(n, sizeof *s->acts); /* n - 1 used; n keeps calloc(0) out of the picture */
     s->grads = calloc(n, sizeof *s->grads);
+    s->fused = calloc(n, sizeof *s->fused);
   }
-  if (s == NULL || s->children == NULL || s->first_param == NULL || s->first_buffer == NULL || s->acts == NULL || s->grads == NULL) {
+  if (s == NULL || s->children == NULL || s->first_param == NULL || s->first_buffer == NULL || s->acts == NULL ||
+      s->grads == NULL || s->fused == NULL) {
     if (s != NULL) {
       s->n = 0; /* nothing retained yet */
       seq_destroy(&s->base);
@@ -352,6 +384,7 @@ lamp_status lamp_sequential_new(lamp_layer **out, lamp_layer *const *children, s
     s->children[i] = lamp_layer_retain(children[i]);
     s->first_param[i + 1] = s->first_param[i] + children[i]->ops->param_count(children[i]);
     s->first_buffer[i + 1] = s->first_buffer[i] + lamp_layer_buffer_count(children[i]);
+    s->fused[i] = i + 1 < n && children[i]->ops->forward_relu != NULL && lamp_layer_is_relu(children[i + 1]);
   }
   *out = &s->base;
   return LAMP_OK;

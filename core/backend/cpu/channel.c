@@ -98,7 +98,11 @@ typedef struct affine_job {
   const float *x, *scale, *shift, *a, *b, *p, *q, *r;
   float *out;
   size_t n, c, hw, tasks;
+  int relu;
 } affine_job;
+
+/* ReLU's rule (lamp_relu_forward): v <= 0 gives +0, NaN passes through. */
+static inline float rectify(float v) { return v <= 0.0f ? 0.0f : v; }
 
 /* The images [i0, i1) of task t when n images are dealt into `tasks` contiguous ranges. */
 static void image_range(size_t n, size_t tasks, size_t t, size_t *i0, size_t *i1) {
@@ -112,16 +116,28 @@ static size_t task_count(size_t n, size_t elements) {
   return threads < n ? threads : n;
 }
 
-/* out = in * sc + sh; blocks go through a local array, so out may alias in and the loop still
-   vectorises (the compiler need not prove the pointers apart). */
-static void affine_row(float *out, const float *in, float sc, float sh, size_t n) {
+/* out = in * sc + sh, rectified when `relu` (a constant once inlined: each form is its own
+   loop); blocks go through a local array, so out may alias in and the loop still vectorises (the
+   compiler need not prove the pointers apart). */
+static inline __attribute__((always_inline)) void affine_row_as(float *out, const float *in, float sc, float sh,
+                                                                 size_t n, int relu) {
   size_t e = 0;
   for (; e + BLOCK <= n; e += BLOCK) {
     float v[BLOCK];
     for (size_t k = 0; k < BLOCK; k++) v[k] = in[e + k] * sc + sh;
+    if (relu)
+      for (size_t k = 0; k < BLOCK; k++) v[k] = rectify(v[k]);
     for (size_t k = 0; k < BLOCK; k++) out[e + k] = v[k];
   }
-  for (; e < n; e++) out[e] = in[e] * sc + sh;
+  for (; e < n; e++) out[e] = relu ? rectify(in[e] * sc + sh) : in[e] * sc + sh;
+}
+
+static void affine_row(float *out, const float *in, float sc, float sh, size_t n) {
+  affine_row_as(out, in, sc, sh, n, 0);
+}
+
+static void affine_relu_row(float *out, const float *in, float sc, float sh, size_t n) {
+  affine_row_as(out, in, sc, sh, n, 1);
 }
 
 static lamp_status affine_task(void *ctx, size_t worker, size_t t) {
@@ -137,7 +153,8 @@ static lamp_status affine_task(void *ctx, size_t worker, size_t t) {
       for (size_t p = 0; p < j->hw; p += LAMP_CPU_CHUNK) {
         size_t len = lamp_cpu_min(LAMP_CPU_CHUNK, j->hw - p);
         float *out = lamp_cpu_scratch(stage, j->y, j->y_dtype, row + p);
-        affine_row(out, j->x + row + p, sc, sh, len);
+        if (j->relu) affine_relu_row(out, j->x + row + p, sc, sh, len);
+        else affine_row(out, j->x + row + p, sc, sh, len);
         lamp_cpu_commit(j->y, j->y_dtype, row + p, out, len);
       }
     }
@@ -145,12 +162,12 @@ static lamp_status affine_task(void *ctx, size_t worker, size_t t) {
 }
 
 lamp_status lamp_channel_affine(lamp_device device, void *y, lamp_dtype y_dtype, const float *x,
-                                const float *scale, const float *shift, size_t n, size_t c, size_t hw) {
+                                const float *scale, const float *shift, size_t n, size_t c, size_t hw, int relu) {
   if (device != LAMP_CPU) return lamp_cpu_unsupported_device("channel_affine", device);
   lamp_status s = lamp_cpu_check_float("channel_affine", "y", y_dtype);
   if (s != LAMP_OK) return s;
   affine_job j = {.y = y, .y_dtype = y_dtype, .x = x, .scale = scale, .shift = shift, .n = n, .c = c, .hw = hw,
-                  .tasks = task_count(n, n * c * hw)};
+                  .tasks = task_count(n, n * c * hw), .relu = relu != 0};
   return lamp_parallel_for(device, j.tasks, affine_task, &j);
 }
 
@@ -207,7 +224,22 @@ typedef struct add_job {
   const void *a, *b;
   lamp_dtype a_dtype, b_dtype;
   size_t n, tasks;
+  int relu;
 } add_job;
+
+/* yv = av + bv, rectified when `relu` (constant once inlined). */
+static inline __attribute__((always_inline)) void add_chunk(float *yv, const float *av, const float *bv, size_t len,
+                                                            int relu) {
+  size_t e = 0;
+  for (; e + BLOCK <= len; e += BLOCK) {
+    float out[BLOCK];
+    for (size_t v = 0; v < BLOCK; v++) out[v] = av[e + v] + bv[e + v];
+    if (relu)
+      for (size_t v = 0; v < BLOCK; v++) out[v] = rectify(out[v]);
+    for (size_t v = 0; v < BLOCK; v++) yv[e + v] = out[v];
+  }
+  for (; e < len; e++) yv[e] = relu ? rectify(av[e] + bv[e]) : av[e] + bv[e];
+}
 
 /* A chunk is read whole before y is written, so y may alias a (y += b) or b exactly. */
 static lamp_status add_task(void *ctx, size_t worker, size_t t) {
@@ -220,32 +252,27 @@ static lamp_status add_task(void *ctx, size_t worker, size_t t) {
     const float *av = lamp_cpu_read(as, j->a, j->a_dtype, i, len);
     const float *bv = lamp_cpu_read(bs, j->b, j->b_dtype, i, len);
     float *yv = lamp_cpu_scratch(ys, j->y, j->y_dtype, i);
-    size_t e = 0;
-    for (; e + BLOCK <= len; e += BLOCK) {
-      float out[BLOCK];
-      for (size_t v = 0; v < BLOCK; v++) out[v] = av[e + v] + bv[e + v];
-      for (size_t v = 0; v < BLOCK; v++) yv[e + v] = out[v];
-    }
-    for (; e < len; e++) yv[e] = av[e] + bv[e];
+    if (j->relu) add_chunk(yv, av, bv, len, 1);
+    else add_chunk(yv, av, bv, len, 0);
     lamp_cpu_commit(j->y, j->y_dtype, i, yv, len);
   }
   return LAMP_OK;
 }
 
 lamp_status lamp_add(lamp_device device, void *y, lamp_dtype y_dtype, const void *a, lamp_dtype a_dtype,
-                     const void *b, lamp_dtype b_dtype, size_t n) {
+                     const void *b, lamp_dtype b_dtype, size_t n, int relu) {
   if (device != LAMP_CPU) return lamp_cpu_unsupported_device("add", device);
   lamp_status s = lamp_cpu_check_float("add", "y", y_dtype);
   if (s == LAMP_OK) s = lamp_cpu_check_float("add", "a", a_dtype);
   if (s == LAMP_OK) s = lamp_cpu_check_float("add", "b", b_dtype);
   if (s != LAMP_OK) return s;
-  add_job j = {y, y_dtype, a, b, a_dtype, b_dtype, n, task_count(n, n)};
+  add_job j = {y, y_dtype, a, b, a_dtype, b_dtype, n, task_count(n, n), relu != 0};
   return lamp_parallel_for(device, j.tasks, add_task, &j);
 }
 
 lamp_status lamp_add_into(lamp_device device, void *y, lamp_dtype y_dtype, const void *x, lamp_dtype x_dtype,
                           size_t n) {
-  return lamp_add(device, y, y_dtype, y, y_dtype, x, x_dtype, n);
+  return lamp_add(device, y, y_dtype, y, y_dtype, x, x_dtype, n, 0);
 }
 
 /* ---- dtype conversion split across the threads ---------------------------------------- */
