@@ -128,8 +128,8 @@ lamp_status lamp_conv_direct(lamp_device device, float *out, size_t ld_out, cons
    o < n_out (rows ldg apart), added to gw when `accumulate`, else written; dy [n_out][plane]. */
 lamp_status lamp_conv_direct_grad(lamp_device device, float *gw, size_t ldg, const float *x, const float *dy,
                                   size_t n_out, const lamp_conv_geom *g, float *work, int accumulate);
-/* The same two with x in f32, f16 or bf16 (x_dtype), widened exactly as lamp_convert does, straight
-   into the zero-bordered planes in work: a 16-bit x needs no fp32 copy of its own first. */
+/* The same two with x in f32, f16 or bf16 (x_dtype): a 16-bit x is widened into work exactly as
+   lamp_convert does, an fp32 x is read in place (work unused). */
 lamp_status lamp_conv_direct_typed(lamp_device device, float *out, size_t ld_out, const void *x, lamp_dtype x_dtype,
                                    const float *wt, size_t ldw, size_t n_out, const lamp_conv_geom *g, float *work);
 lamp_status lamp_conv_direct_grad_typed(lamp_device device, float *gw, size_t ldg, const void *x, lamp_dtype x_dtype,

@@ -16,6 +16,7 @@
 #include "backend/backend.h"
 #include "backend/cpu/cpu_backend.h"
 #include "base/error.h"
+#include "tensor/half.h"
 
 /* The output columns [lo, hi) whose input column ox * stride - pad + off lies inside [0, width). */
 static void valid_columns(size_t out_w, size_t width, size_t stride, size_t pad, size_t off, size_t *lo,
@@ -232,7 +233,7 @@ lamp_status lamp_scatter_planes(lamp_device device, void *dst, lamp_dtype dst_dt
 ** For the 3x3 / padding 1 convolutions of small CNNs the columns are nine shifted copies of the
 ** input, which im2col writes and the GEMM then packs again before its kernel reads them: for
 ** the thin products of 16 or 32 channels that traffic costs as much as the arithmetic. Here a
-** kernel reads the (zero-bordered) input planes directly: 16 output channels of 16 adjacent
+** kernel reads the input planes directly (the zero border is implied, see tap_masks): 16 output channels of 16 adjacent
 ** pixels of a row are accumulated in registers over every (channel, tap), the weight of each
 ** broadcast from a [K][16-padded] transposed copy. It needs AVX-512 (checked at run time);
 ** elsewhere lamp_conv_direct_supported says no and callers take im2col + GEMM.
@@ -266,56 +267,37 @@ static int have_avx512(void) {
 }
 
 /*
-** The input planes with a zero border of one row and one column: [channels][h + 2][w + 2].
-** Rows are short (a plane's width), so they are copied with masked vector moves rather than a
-** memcpy call each. 16-bit planes are widened on the way, exactly as lamp_convert widens them
-** (bf16: the bits shifted up; f16: vcvtph2ps, which is what F16C and lamp_f16_to_f32 give).
+** 16-bit input planes widened into work (fp32, [channels][h][w]), exactly as lamp_convert widens
+** them; fp32 planes are read in place.
 */
-__attribute__((target("avx512f"))) static inline __m512 widen16(__m256i h, lamp_dtype dtype) {
-  if (dtype == LAMP_BF16) return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
-  return _mm512_cvtph_ps(h);
+static const float *fp32_planes(const void *x, lamp_dtype dtype, const lamp_conv_geom *g, float *work) {
+  if (dtype == LAMP_F32) return x;
+  size_t n = g->channels * g->height * g->width;
+  if (dtype == LAMP_F16) lamp_f16_to_f32_n(work, x, n);
+  else lamp_bf16_to_f32_n(work, x, n);
+  return work;
 }
 
-__attribute__((target("avx512f"))) static void pad_planes(float *xp, const void *x, lamp_dtype dtype,
-                                                          const lamp_conv_geom *g) {
-  size_t h = g->height, w = g->width, wp = w + 2, hp = h + 2;
-  const __m512 zero = _mm512_setzero_ps();
-  for (size_t c = 0; c < g->channels; c++) {
-    float *dst = xp + c * hp * wp;
-    for (size_t k = 0; k < wp; k += 16) { /* the top and bottom rows */
-      __mmask16 m = (__mmask16)((1u << lamp_cpu_min(16, wp - k)) - 1u);
-      _mm512_mask_storeu_ps(dst + k, m, zero);
-      _mm512_mask_storeu_ps(dst + (hp - 1) * wp + k, m, zero);
-    }
-    if (dtype == LAMP_F32) {
-      const float *src = (const float *)x + c * h * w;
-      for (size_t y = 0; y < h; y++) {
-        float *row = dst + (y + 1) * wp;
-        row[0] = row[w + 1] = 0.0f;
-        for (size_t k = 0; k < w; k += 16) {
-          __mmask16 m = (__mmask16)((1u << lamp_cpu_min(16, w - k)) - 1u);
-          _mm512_mask_storeu_ps(row + 1 + k, m, _mm512_maskz_loadu_ps(m, src + y * w + k));
-        }
-      }
-      continue;
-    }
-    const uint16_t *src = (const uint16_t *)x + c * h * w;
-    for (size_t y = 0; y < h; y++) {
-      float *row = dst + (y + 1) * wp;
-      const uint16_t *in = src + y * w;
-      row[0] = row[w + 1] = 0.0f;
-      size_t k = 0;
-      for (; k + 16 <= w; k += 16)
-        _mm512_storeu_ps(row + 1 + k, widen16(_mm256_loadu_si256((const __m256i *)(const void *)(in + k)), dtype));
-      if (k < w) { /* the tail through a zeroed stage: AVX-512F has no masked 16-bit load */
-        size_t n = w - k;
-        uint16_t stage[16] = {0};
-        memcpy(stage, in + k, n * sizeof *stage);
-        __mmask16 m = (__mmask16)((1u << n) - 1u);
-        _mm512_mask_storeu_ps(row + 1 + k, m, widen16(_mm256_loadu_si256((const __m256i *)(const void *)stage), dtype));
-      }
-    }
-  }
+/*
+** The zero border of "padding 1" is never formed. A row of taps outside the image is skipped: its
+** products would all be w * 0 = +-0, and adding +-0 to an accumulator that starts at +0 changes
+** nothing (a sum of finite products is never -0). A tap column outside the row is a masked-off
+** lane, which loads as 0. The sums are therefore those of the zero-bordered input, bit for bit.
+**
+** tap_masks: for a block of n pixels from column ox of a row w wide, the lanes whose tap column
+** ox + lane + j - 1 (j = 0, 1, 2) lies inside the row.
+*/
+__attribute__((target("avx512f"))) static inline void tap_masks(__mmask16 m[3], size_t ox, size_t n, size_t w) {
+  __mmask16 lanes = (__mmask16)((1u << n) - 1u);
+  m[0] = ox == 0 ? (__mmask16)(lanes & ~1u) : lanes;
+  m[1] = lanes;
+  m[2] = ox + n == w ? (__mmask16)(lanes & ~(1u << (n - 1))) : lanes;
+}
+
+/* row + ox + j - 1 as an address, formed without pointer arithmetic before the array (the lane
+   it would address is masked off, and a masked-off lane is never accessed). */
+static inline const float *tap_address(const float *row, size_t ox, size_t j) {
+  return (const float *)(const void *)((uintptr_t)(row + ox + j) - sizeof(float));
 }
 
 /*
@@ -329,24 +311,29 @@ __attribute__((target("avx512f"))) static void pad_planes(float *xp, const void 
 #define DIRECT_FMA(o) a##o = _mm512_fmadd_ps(_mm512_set1_ps(wk[o]), v, a##o);
 #define DIRECT_SAVE(o) acc[o] = a##o;
 
-__attribute__((target("avx512f"))) static void direct_block(float *out, size_t ld_out, const float *xp,
+__attribute__((target("avx512f"))) static void direct_block(float *out, size_t ld_out, const float *x,
                                                             const float *wt, size_t ldw, size_t o0, size_t n_out,
                                                             size_t oy, size_t ox, size_t n,
                                                             const lamp_conv_geom *g) {
-  size_t wp = g->width + 2, plane_p = (g->height + 2) * wp;
-  __mmask16 mask = (__mmask16)((1u << n) - 1u);
+  size_t w = g->width, h = g->height, plane = h * w;
+  __mmask16 m[3];
+  tap_masks(m, ox, n, w);
   DIRECT_ACC(DIRECT_ZERO)
   const float *wk = wt + o0;
   for (size_t c = 0; c < g->channels; c++)
     for (size_t i = 0; i < 3; i++) { /* the three taps of a row unrolled */
-      const float *src = xp + c * plane_p + (oy + i) * wp + ox;
-      __m512 v = _mm512_maskz_loadu_ps(mask, src);
+      if (oy + i == 0 || oy + i > h) { /* a row of the zero border: nothing to add */
+        wk += 3 * ldw;
+        continue;
+      }
+      const float *row = x + c * plane + (oy + i - 1) * w;
+      __m512 v = _mm512_maskz_loadu_ps(m[0], tap_address(row, ox, 0));
       DIRECT_ACC(DIRECT_FMA)
       wk += ldw;
-      v = _mm512_maskz_loadu_ps(mask, src + 1);
+      v = _mm512_maskz_loadu_ps(m[1], tap_address(row, ox, 1));
       DIRECT_ACC(DIRECT_FMA)
       wk += ldw;
-      v = _mm512_maskz_loadu_ps(mask, src + 2);
+      v = _mm512_maskz_loadu_ps(m[2], tap_address(row, ox, 2));
       DIRECT_ACC(DIRECT_FMA)
       wk += ldw;
     }
@@ -354,7 +341,7 @@ __attribute__((target("avx512f"))) static void direct_block(float *out, size_t l
   DIRECT_ACC(DIRECT_SAVE)
   size_t valid = n_out - o0 < DIRECT_BLOCK ? n_out - o0 : DIRECT_BLOCK;
   float *dst = out + o0 * ld_out + oy * g->out_w + ox;
-  for (size_t o = 0; o < valid; o++) _mm512_mask_storeu_ps(dst + o * ld_out, mask, acc[o]);
+  for (size_t o = 0; o < valid; o++) _mm512_mask_storeu_ps(dst + o * ld_out, m[1], acc[o]);
 }
 
 /* Both kernels leave with vzeroupper: the SSE code after them would run slowly behind dirty
@@ -362,11 +349,11 @@ __attribute__((target("avx512f"))) static void direct_block(float *out, size_t l
 __attribute__((target("avx512f"))) static void direct_cpu(float *out, size_t ld_out, const void *x, lamp_dtype x_dtype,
                                                           const float *wt, size_t ldw, size_t n_out,
                                                           const lamp_conv_geom *g, float *work) {
-  pad_planes(work, x, x_dtype, g);
+  const float *planes = fp32_planes(x, x_dtype, g, work);
   for (size_t o0 = 0; o0 < n_out; o0 += DIRECT_BLOCK)
     for (size_t oy = 0; oy < g->out_h; oy++)
       for (size_t ox = 0; ox < g->out_w; ox += DIRECT_BLOCK)
-        direct_block(out, ld_out, work, wt, ldw, o0, n_out, oy, ox, lamp_cpu_min(DIRECT_BLOCK, g->out_w - ox), g);
+        direct_block(out, ld_out, planes, wt, ldw, o0, n_out, oy, ox, lamp_cpu_min(DIRECT_BLOCK, g->out_w - ox), g);
   _mm256_zeroupper();
 }
 
@@ -388,22 +375,28 @@ __attribute__((target("avx512f"))) static void direct_cpu(float *out, size_t ld_
   }
 #define GRAD_SAVE(o) acc[o][0] = a##o##_0, acc[o][1] = a##o##_1, acc[o][2] = a##o##_2;
 
-__attribute__((target("avx512f"))) static void grad_block(float *gw, size_t ldg, const float *xp, const float *dy,
+__attribute__((target("avx512f"))) static void grad_block(float *gw, size_t ldg, const float *x, const float *dy,
                                                           size_t o0, size_t n_out, size_t c, size_t i,
                                                           const lamp_conv_geom *g, int accumulate) {
-  size_t w = g->width, wp = w + 2, plane = g->height * w, plane_p = (g->height + 2) * wp;
+  size_t w = g->width, h = g->height, plane = h * w;
   size_t valid = n_out - o0 < GRAD_BLOCK ? n_out - o0 : GRAD_BLOCK, off[GRAD_BLOCK];
   for (size_t o = 0; o < GRAD_BLOCK; o++) off[o] = (o < valid ? o : valid - 1) * plane; /* rows past n_out: dropped */
   GRAD_ACC(GRAD_ZERO)
-  for (size_t oy = 0; oy < g->height; oy++)
+  for (size_t oy = 0; oy < h; oy++) {
+    if (oy + i == 0 || oy + i > h) continue; /* taps on the zero border: nothing to add */
+    const float *row = x + c * plane + (oy + i - 1) * w;
     for (size_t ox = 0; ox < w; ox += 16) {
       size_t n = lamp_cpu_min(16, w - ox);
-      __mmask16 mask = (__mmask16)((1u << n) - 1u);
-      const float *xr = xp + c * plane_p + (oy + i) * wp + ox, *dyr = dy + o0 * plane + oy * w + ox;
-      __m512 v0 = _mm512_maskz_loadu_ps(mask, xr), v1 = _mm512_maskz_loadu_ps(mask, xr + 1),
-             v2 = _mm512_maskz_loadu_ps(mask, xr + 2);
+      __mmask16 m[3];
+      tap_masks(m, ox, n, w);
+      __mmask16 mask = m[1];
+      const float *dyr = dy + o0 * plane + oy * w + ox;
+      __m512 v0 = _mm512_maskz_loadu_ps(m[0], tap_address(row, ox, 0)),
+             v1 = _mm512_maskz_loadu_ps(m[1], tap_address(row, ox, 1)),
+             v2 = _mm512_maskz_loadu_ps(m[2], tap_address(row, ox, 2));
       GRAD_ACC(GRAD_FMA)
     }
+  }
   __m512 acc[GRAD_BLOCK][3];
   GRAD_ACC(GRAD_SAVE)
   for (size_t o = 0; o < valid; o++)
@@ -417,10 +410,10 @@ __attribute__((target("avx512f"))) static void grad_block(float *gw, size_t ldg,
 __attribute__((target("avx512f"))) static void grad_cpu(float *gw, size_t ldg, const void *x, lamp_dtype x_dtype,
                                                         const float *dy, size_t n_out, const lamp_conv_geom *g,
                                                         float *work, int accumulate) {
-  pad_planes(work, x, x_dtype, g);
+  const float *planes = fp32_planes(x, x_dtype, g, work);
   for (size_t o0 = 0; o0 < n_out; o0 += GRAD_BLOCK)
     for (size_t c = 0; c < g->channels; c++)
-      for (size_t i = 0; i < 3; i++) grad_block(gw, ldg, work, dy, o0, n_out, c, i, g, accumulate);
+      for (size_t i = 0; i < 3; i++) grad_block(gw, ldg, planes, dy, o0, n_out, c, i, g, accumulate);
   _mm256_zeroupper();
 }
 #else
@@ -441,9 +434,7 @@ int lamp_conv_direct_supported(lamp_device device, const lamp_conv_geom *g) {
 
 size_t lamp_conv_direct_width(size_t n_out) { return (n_out + DIRECT_BLOCK - 1) / DIRECT_BLOCK * DIRECT_BLOCK; }
 
-size_t lamp_conv_direct_work(const lamp_conv_geom *g) {
-  return g->channels * (g->height + 2) * (g->width + 2);
-}
+size_t lamp_conv_direct_work(const lamp_conv_geom *g) { return g->channels * g->height * g->width; }
 
 lamp_status lamp_conv_direct_typed(lamp_device device, float *out, size_t ld_out, const void *x, lamp_dtype x_dtype,
                                    const float *wt, size_t ldw, size_t n_out, const lamp_conv_geom *g, float *work) {
