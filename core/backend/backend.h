@@ -124,15 +124,26 @@ size_t lamp_conv_direct_width(size_t n_out);
 size_t lamp_conv_direct_work(const lamp_conv_geom *g);
 lamp_status lamp_conv_direct(lamp_device device, float *out, size_t ld_out, const float *x, const float *wt,
                              size_t ldw, size_t n_out, const lamp_conv_geom *g, float *work);
-/* Its weight gradient for one image, same geometry: gw[o][r] = sum_p dy[o][p] * col[r][p] for
-   o < n_out (rows ldg apart), added to gw when `accumulate`, else written; dy [n_out][plane]. */
-lamp_status lamp_conv_direct_grad(lamp_device device, float *gw, size_t ldg, const float *x, const float *dy,
-                                  size_t n_out, const lamp_conv_geom *g, float *work, int accumulate);
-/* The same two with x in f32, f16 or bf16 (x_dtype): a 16-bit x is widened into work exactly as
-   lamp_convert does, an fp32 x is read in place (work unused). */
+/*
+** Its weight gradient for one image, same geometry, gw[o][r] = sum_p dy[o][p] * col[r][p] for
+** o < n_out (dy [n_out][plane], r < g->channels * 9), kept as LAMP_CONV_LANES partial sums:
+** lanes[(o * rows + r) * LAMP_CONV_LANES + l], written, or added to when `accumulate`. Summing
+** a whole batch's images in the lanes and reducing them once (lamp_conv_direct_grad_reduce)
+** spares a horizontal sum per weight and image, which for small planes cost as much as the
+** products.
+*/
+#define LAMP_CONV_LANES 16
+lamp_status lamp_conv_direct_grad(lamp_device device, float *lanes, const float *x, const float *dy, size_t n_out,
+                                  const lamp_conv_geom *g, float *work, int accumulate);
+/* gw[o][r] (+)= the sum of lanes[(o * rows + r) * LAMP_CONV_LANES ...], in a fixed order; gw's
+   rows ldg apart. */
+lamp_status lamp_conv_direct_grad_reduce(lamp_device device, float *gw, size_t ldg, const float *lanes, size_t n_out,
+                                         size_t rows, int accumulate);
+/* The forward and lamp_conv_direct_grad with x in f32, f16 or bf16 (x_dtype): a 16-bit x is
+   widened into work exactly as lamp_convert does, an fp32 x is read in place (work unused). */
 lamp_status lamp_conv_direct_typed(lamp_device device, float *out, size_t ld_out, const void *x, lamp_dtype x_dtype,
                                    const float *wt, size_t ldw, size_t n_out, const lamp_conv_geom *g, float *work);
-lamp_status lamp_conv_direct_grad_typed(lamp_device device, float *gw, size_t ldg, const void *x, lamp_dtype x_dtype,
+lamp_status lamp_conv_direct_grad_typed(lamp_device device, float *lanes, const void *x, lamp_dtype x_dtype,
                                         const float *dy, size_t n_out, const lamp_conv_geom *g, float *work,
                                         int accumulate);
 

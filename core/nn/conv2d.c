@@ -40,6 +40,7 @@
 /* What one worker thread owns: its workspaces (sized before the parallel loop) and sums. */
 typedef struct conv_worker {
   lamp_tensor *col, *out, *dy, *dx, *grad;
+  lamp_tensor *lanes; /* the direct kernel's weight gradient, LAMP_CONV_LANES partial sums a weight */
   lamp_tensor *xs;   /* an image of x as an operand, when x is not an operand already */
   double *bias_sums; /* [out] */
   int busy;          /* ran a task in the current pass */
@@ -499,14 +500,15 @@ static lamp_status backward_task(void *ctx, size_t worker, size_t s) {
   if (st == LAMP_OK) st = dy_operand(j, w, s, &dys);
   for (size_t g = 0; st == LAMP_OK && g < (size_t)j->c->groups; g++) {
     float *gw = j->grads ? (float *)lamp_tensor_data(w->grad) + g * d->cout_g * d->k_rows : NULL;
+    float *lanes = j->grads && d->direct ? (float *)lamp_tensor_data(w->lanes) + g * d->cout_g * d->k_rows * LAMP_CONV_LANES
+                                         : NULL;
     if (j->grads && typed) {
-      st = lamp_conv_direct_grad_typed(dev, gw, d->k_rows, at(j->x, s * d->image_in + g * d->cin_g * d->plane_in),
-                                       j->x->dtype, dys + g * d->cout_g * d->plane_out, d->cout_g, &d->geom,
+      st = lamp_conv_direct_grad_typed(dev, lanes, at(j->x, s * d->image_in + g * d->cin_g * d->plane_in), j->x->dtype,
+                                       dys + g * d->cout_g * d->plane_out, d->cout_g, &d->geom,
                                        lamp_tensor_data(w->col), w->busy);
     } else if (j->grads && d->direct) {
-      st = lamp_conv_direct_grad(dev, gw, d->k_rows, xs + g * d->cin_g * d->plane_in,
-                                 dys + g * d->cout_g * d->plane_out, d->cout_g, &d->geom, lamp_tensor_data(w->col),
-                                 w->busy);
+      st = lamp_conv_direct_grad(dev, lanes, xs + g * d->cin_g * d->plane_in, dys + g * d->cout_g * d->plane_out,
+                                 d->cout_g, &d->geom, lamp_tensor_data(w->col), w->busy);
     } else if (j->grads) {
       st = columns(dev, lamp_tensor_data(w->col), xs + g * d->cin_g * d->plane_in, d->image_in, &d->geom, &col);
       if (st == LAMP_OK)
@@ -533,11 +535,16 @@ static lamp_status add_grad(const lamp_exec *exec, float *g, const float *v, siz
   return lamp_accumulate_rounded(exec->device, g, v, exec->grad_dtype, n);
 }
 
-/* The workers' partial sums, added in worker order, into the gradient slab. */
-static lamp_status finish_grads(conv2d *c, const lamp_exec *exec, size_t workers) {
+/* The workers' partial sums, added in worker order, into the gradient slab. The direct kernel's
+   lanes are first reduced into each worker's sums, once for all its images. */
+static lamp_status finish_grads(conv2d *c, const lamp_exec *exec, const conv_dims *d, size_t workers) {
   size_t nw = lamp_tensor_numel(c->gweight), out = (size_t)c->out;
   float *sum = lamp_tensor_data(c->workers[0].grad);
   lamp_status st = LAMP_OK;
+  for (size_t w = 0; st == LAMP_OK && d->direct && w < workers; w++)
+    if (c->workers[w].busy)
+      st = lamp_conv_direct_grad_reduce(exec->device, lamp_tensor_data(c->workers[w].grad), d->k_rows,
+                                        lamp_tensor_data(c->workers[w].lanes), (size_t)c->out, d->k_rows, 0);
   if (!c->workers[0].busy) st = lamp_fill(exec->device, sum, LAMP_F32, nw, 0.0f); /* an empty batch */
   for (size_t w = 1; st == LAMP_OK && w < workers; w++)
     if (c->workers[w].busy) st = lamp_axpy(exec->device, sum, lamp_tensor_data(c->workers[w].grad), nw, 1.0f);
@@ -581,6 +588,8 @@ static lamp_status prepare_workers(conv2d *c, const lamp_exec *exec, const conv_
     if (st == LAMP_OK && out > 0) st = ensure_work(&cw->out, exec->device, out);
     if (st == LAMP_OK && dxw > 0) st = ensure_work(&cw->dx, exec->device, dxw);
     if (st == LAMP_OK && grads) st = ensure_work(&cw->grad, exec->device, lamp_tensor_numel(c->gweight));
+    if (st == LAMP_OK && grads && d->direct)
+      st = ensure_work(&cw->lanes, exec->device, lamp_tensor_numel(c->gweight) * LAMP_CONV_LANES);
     if (st == LAMP_OK && grads && !lamp_operand_in_place(exec, x->dtype) && !widen_x_in_kernel(exec, d, x->dtype))
       st = ensure_work(&cw->xs, exec->device, d->image_in);
     if (st == LAMP_OK && grads && c->has_bias) memset(cw->bias_sums, 0, (size_t)c->out * sizeof *cw->bias_sums);
@@ -609,7 +618,7 @@ static lamp_status backward_pass(conv2d *c, const lamp_exec *exec, const lamp_te
   size_t workers = worker_count(exec, &d);
   if (st == LAMP_OK) st = prepare_workers(c, exec, &d, workers, x, dy, dx, grads);
   if (st == LAMP_OK && d.n > 0) st = lamp_parallel_for(exec->device, d.n, backward_task, &j);
-  if (st == LAMP_OK && grads) st = finish_grads(c, exec, workers);
+  if (st == LAMP_OK && grads) st = finish_grads(c, exec, &d, workers);
   return st;
 }
 
@@ -655,7 +664,7 @@ static void conv_destroy(lamp_layer *layer) {
   for (size_t i = 0; i < sizeof ts / sizeof ts[0]; i++) lamp_tensor_release(ts[i]);
   for (size_t w = 0; w < MAX_WORKERS; w++) {
     conv_worker *cw = &c->workers[w];
-    lamp_tensor *wts[] = {cw->col, cw->out, cw->dy, cw->dx, cw->grad, cw->xs};
+    lamp_tensor *wts[] = {cw->col, cw->out, cw->dy, cw->dx, cw->grad, cw->lanes, cw->xs};
     for (size_t i = 0; i < sizeof wts / sizeof wts[0]; i++) lamp_tensor_release(wts[i]);
   }
   free(c->workers[0].bias_sums);

@@ -247,7 +247,7 @@ lamp_status lamp_scatter_planes(lamp_device device, void *dst, lamp_dtype dst_dt
 static int direct_geometry(const lamp_conv_geom *g) {
   return g->kernel_h == 3 && g->kernel_w == 3 && g->stride_h == 1 && g->stride_w == 1 && g->dilation_h == 1 &&
          g->dilation_w == 1 && g->pad_h == 1 && g->pad_w == 1 && g->out_h == g->height && g->out_w == g->width &&
-         g->channels > 0;
+         g->channels > 0 && g->width <= 1024;
 }
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
@@ -359,41 +359,44 @@ __attribute__((target("avx512f"))) static void direct_cpu(float *out, size_t ld_
 
 /*
 ** The weight gradient of 8 output channels (o0...) for input channel c and kernel row i:
-** gw[o][(c * 3 + i) * 3 + j] (+)= sum_p dy[o][p] * col[(c, i, j)][p], the sum over the image
-** kept in 16 lanes per (o, j) and added across lanes at the end. The 8 planes of dy are read
-** once per (c, i) and stay in L1 across the loop over c.
+** sum_p dy[o][p] * col[(c, i, j)][p] for row r = (c * 3 + i) * 3 + j, the sum over the image
+** kept in 16 lanes per (o, j), which are stored (or added) as they are: the lanes are reduced
+** once per batch (lamp_conv_direct_grad_reduce). The 8 planes of dy are read once per (c, i)
+** and stay in L1 across the loop over c.
 */
 #define GRAD_BLOCK 8
 #define GRAD_ACC(X) X(0) X(1) X(2) X(3) X(4) X(5) X(6) X(7)
 #define GRAD_ZERO(o) __m512 a##o##_0 = _mm512_setzero_ps(), a##o##_1 = a##o##_0, a##o##_2 = a##o##_0;
 #define GRAD_FMA(o)                                                 \
   {                                                                 \
-    __m512 d = _mm512_maskz_loadu_ps(mask, dyr + off[o]);           \
+    __m512 d = _mm512_maskz_loadu_ps(mask, dp[o] + p);              \
     a##o##_0 = _mm512_fmadd_ps(d, v0, a##o##_0);                    \
     a##o##_1 = _mm512_fmadd_ps(d, v1, a##o##_1);                    \
     a##o##_2 = _mm512_fmadd_ps(d, v2, a##o##_2);                    \
   }
 #define GRAD_SAVE(o) acc[o][0] = a##o##_0, acc[o][1] = a##o##_1, acc[o][2] = a##o##_2;
 
-__attribute__((target("avx512f"))) static void grad_block(float *gw, size_t ldg, const float *x, const float *dy,
+__attribute__((target("avx512f"))) static void grad_block(float *lanes, size_t rows, const float *x, const float *dy,
                                                           size_t o0, size_t n_out, size_t c, size_t i,
-                                                          const lamp_conv_geom *g, int accumulate) {
-  size_t w = g->width, h = g->height, plane = h * w;
-  size_t valid = n_out - o0 < GRAD_BLOCK ? n_out - o0 : GRAD_BLOCK, off[GRAD_BLOCK];
-  for (size_t o = 0; o < GRAD_BLOCK; o++) off[o] = (o < valid ? o : valid - 1) * plane; /* rows past n_out: dropped */
+                                                          const lamp_conv_geom *g, const __mmask16 (*masks)[3],
+                                                          int accumulate) {
+  size_t w = g->width, h = g->height, plane = h * w, blocks = (w + 15) / 16;
+  size_t valid = n_out - o0 < GRAD_BLOCK ? n_out - o0 : GRAD_BLOCK;
+  /* rows past n_out read the last valid plane again; their sums are dropped */
+  const float *d0 = dy + o0 * plane, *dp[GRAD_BLOCK];
+  for (size_t o = 0; o < GRAD_BLOCK; o++) dp[o] = d0 + (o < valid ? o : valid - 1) * plane;
   GRAD_ACC(GRAD_ZERO)
-  for (size_t oy = 0; oy < h; oy++) {
-    if (oy + i == 0 || oy + i > h) continue; /* taps on the zero border: nothing to add */
+  /* taps on the zero border add nothing: output rows whose tap row i falls outside are skipped */
+  size_t first = i == 0 ? 1 : 0, last = i == 2 ? h - 1 : h;
+  for (size_t oy = first; oy < last; oy++) {
     const float *row = x + c * plane + (oy + i - 1) * w;
-    for (size_t ox = 0; ox < w; ox += 16) {
-      size_t n = lamp_cpu_min(16, w - ox);
-      __mmask16 m[3];
-      tap_masks(m, ox, n, w);
-      __mmask16 mask = m[1];
-      const float *dyr = dy + o0 * plane + oy * w + ox;
-      __m512 v0 = _mm512_maskz_loadu_ps(m[0], tap_address(row, ox, 0)),
-             v1 = _mm512_maskz_loadu_ps(m[1], tap_address(row, ox, 1)),
-             v2 = _mm512_maskz_loadu_ps(m[2], tap_address(row, ox, 2));
+    size_t p = oy * w;
+    for (size_t b = 0; b < blocks; b++, p += 16) {
+      size_t ox = b * 16;
+      __mmask16 mask = masks[b][1];
+      __m512 v0 = _mm512_maskz_loadu_ps(masks[b][0], tap_address(row, ox, 0)),
+             v1 = _mm512_maskz_loadu_ps(mask, row + ox),
+             v2 = _mm512_maskz_loadu_ps(masks[b][2], tap_address(row, ox, 2));
       GRAD_ACC(GRAD_FMA)
     }
   }
@@ -401,26 +404,44 @@ __attribute__((target("avx512f"))) static void grad_block(float *gw, size_t ldg,
   GRAD_ACC(GRAD_SAVE)
   for (size_t o = 0; o < valid; o++)
     for (size_t j = 0; j < 3; j++) {
-      float *dst = gw + (o0 + o) * ldg + (c * 3 + i) * 3 + j;
-      float sum = _mm512_reduce_add_ps(acc[o][j]);
-      *dst = accumulate ? *dst + sum : sum;
+      float *dst = lanes + ((o0 + o) * rows + (c * 3 + i) * 3 + j) * LAMP_CONV_LANES;
+      __m512 v = acc[o][j];
+      if (accumulate) v = _mm512_add_ps(_mm512_loadu_ps(dst), v);
+      _mm512_storeu_ps(dst, v);
     }
 }
 
-__attribute__((target("avx512f"))) static void grad_cpu(float *gw, size_t ldg, const void *x, lamp_dtype x_dtype,
+__attribute__((target("avx512f"))) static void grad_cpu(float *lanes, const void *x, lamp_dtype x_dtype,
                                                         const float *dy, size_t n_out, const lamp_conv_geom *g,
                                                         float *work, int accumulate) {
   const float *planes = fp32_planes(x, x_dtype, g, work);
+  __mmask16 masks[64][3]; /* per block of 16 columns; direct_geometry keeps rows <= 1024 wide */
+  for (size_t ox = 0; ox < g->width; ox += 16) tap_masks(masks[ox / 16], ox, lamp_cpu_min(16, g->width - ox), g->width);
   for (size_t o0 = 0; o0 < n_out; o0 += GRAD_BLOCK)
     for (size_t c = 0; c < g->channels; c++)
-      for (size_t i = 0; i < 3; i++) grad_block(gw, ldg, planes, dy, o0, n_out, c, i, g, accumulate);
+      for (size_t i = 0; i < 3; i++)
+        grad_block(lanes, g->channels * 9, planes, dy, o0, n_out, c, i, g, (const __mmask16(*)[3])masks, accumulate);
+  _mm256_zeroupper();
+}
+
+/* The lanes of each weight summed by _mm512_reduce_add_ps: a fixed tree, the same every call. */
+__attribute__((target("avx512f"))) static void grad_reduce_cpu(float *gw, size_t ldg, const float *lanes, size_t n_out,
+                                                               size_t rows, int accumulate) {
+  for (size_t o = 0; o < n_out; o++)
+    for (size_t r = 0; r < rows; r++) {
+      float sum = _mm512_reduce_add_ps(_mm512_loadu_ps(lanes + (o * rows + r) * LAMP_CONV_LANES));
+      gw[o * ldg + r] = accumulate ? gw[o * ldg + r] + sum : sum;
+    }
   _mm256_zeroupper();
 }
 #else
 static int have_avx512(void) { return 0; }
-static void grad_cpu(float *gw, size_t ldg, const void *x, lamp_dtype x_dtype, const float *dy, size_t n_out,
+static void grad_cpu(float *lanes, const void *x, lamp_dtype x_dtype, const float *dy, size_t n_out,
                      const lamp_conv_geom *g, float *work, int accumulate) {
-  (void)gw, (void)ldg, (void)x, (void)x_dtype, (void)dy, (void)n_out, (void)g, (void)work, (void)accumulate;
+  (void)lanes, (void)x, (void)x_dtype, (void)dy, (void)n_out, (void)g, (void)work, (void)accumulate;
+}
+static void grad_reduce_cpu(float *gw, size_t ldg, const float *lanes, size_t n_out, size_t rows, int accumulate) {
+  (void)gw, (void)ldg, (void)lanes, (void)n_out, (void)rows, (void)accumulate;
 }
 static void direct_cpu(float *out, size_t ld_out, const void *x, lamp_dtype x_dtype, const float *wt, size_t ldw,
                        size_t n_out, const lamp_conv_geom *g, float *work) {
@@ -455,7 +476,7 @@ lamp_status lamp_conv_direct(lamp_device device, float *out, size_t ld_out, cons
   return lamp_conv_direct_typed(device, out, ld_out, x, LAMP_F32, wt, ldw, n_out, g, work);
 }
 
-lamp_status lamp_conv_direct_grad_typed(lamp_device device, float *gw, size_t ldg, const void *x, lamp_dtype x_dtype,
+lamp_status lamp_conv_direct_grad_typed(lamp_device device, float *lanes, const void *x, lamp_dtype x_dtype,
                                         const float *dy, size_t n_out, const lamp_conv_geom *g, float *work,
                                         int accumulate) {
   if (device != LAMP_CPU) return lamp_cpu_unsupported_device("conv_direct_grad", device);
@@ -463,11 +484,20 @@ lamp_status lamp_conv_direct_grad_typed(lamp_device device, float *gw, size_t ld
     return lamp_error(LAMP_ERR_UNSUPPORTED, "conv_direct_grad: this geometry or CPU is not supported");
   lamp_status s = lamp_cpu_check_float("conv_direct_grad", "x", x_dtype);
   if (s != LAMP_OK) return s;
-  grad_cpu(gw, ldg, x, x_dtype, dy, n_out, g, work, accumulate);
+  grad_cpu(lanes, x, x_dtype, dy, n_out, g, work, accumulate);
   return LAMP_OK;
 }
 
-lamp_status lamp_conv_direct_grad(lamp_device device, float *gw, size_t ldg, const float *x, const float *dy,
-                                  size_t n_out, const lamp_conv_geom *g, float *work, int accumulate) {
-  return lamp_conv_direct_grad_typed(device, gw, ldg, x, LAMP_F32, dy, n_out, g, work, accumulate);
+lamp_status lamp_conv_direct_grad(lamp_device device, float *lanes, const float *x, const float *dy, size_t n_out,
+                                  const lamp_conv_geom *g, float *work, int accumulate) {
+  return lamp_conv_direct_grad_typed(device, lanes, x, LAMP_F32, dy, n_out, g, work, accumulate);
+}
+
+lamp_status lamp_conv_direct_grad_reduce(lamp_device device, float *gw, size_t ldg, const float *lanes, size_t n_out,
+                                         size_t rows, int accumulate) {
+  if (device != LAMP_CPU) return lamp_cpu_unsupported_device("conv_direct_grad_reduce", device);
+  if (!have_avx512())
+    return lamp_error(LAMP_ERR_UNSUPPORTED, "conv_direct_grad_reduce: this CPU has no AVX-512");
+  grad_reduce_cpu(gw, ldg, lanes, n_out, rows, accumulate);
+  return LAMP_OK;
 }
