@@ -125,25 +125,24 @@ size_t lamp_conv_direct_work(const lamp_conv_geom *g);
 lamp_status lamp_conv_direct(lamp_device device, float *out, size_t ld_out, const float *x, const float *wt,
                              size_t ldw, size_t n_out, const lamp_conv_geom *g, float *work);
 /*
-** Its weight gradient for one image, same geometry, gw[o][r] = sum_p dy[o][p] * col[r][p] for
-** o < n_out (dy [n_out][plane], r < g->channels * 9), kept as LAMP_CONV_LANES partial sums:
-** lanes[(o * rows + r) * LAMP_CONV_LANES + l], written, or added to when `accumulate`. Summing
-** a whole batch's images in the lanes and reducing them once (lamp_conv_direct_grad_reduce)
-** spares a horizontal sum per weight and image, which for small planes cost as much as the
-** products.
+** Its weight gradient for one image, same geometry: gw[o][r] = sum_p dy[o][p] * col[r][p] for
+** o < n_out (dy [n_out][plane]) and r < g->channels * 9, summed into the accumulator acc
+** (lamp_conv_direct_grad_acc floats, written, or added to when `accumulate`), so that a batch's
+** images add up there and are moved into gw once (lamp_conv_direct_grad_reduce). work holds
+** lamp_conv_direct_grad_work floats. Pixels are summed in raster order, images in call order.
 */
-#define LAMP_CONV_LANES 16
-lamp_status lamp_conv_direct_grad(lamp_device device, float *lanes, const float *x, const float *dy, size_t n_out,
+size_t lamp_conv_direct_grad_acc(const lamp_conv_geom *g, size_t n_out);
+size_t lamp_conv_direct_grad_work(const lamp_conv_geom *g, size_t n_out);
+lamp_status lamp_conv_direct_grad(lamp_device device, float *acc, const float *x, const float *dy, size_t n_out,
                                   const lamp_conv_geom *g, float *work, int accumulate);
-/* gw[o][r] (+)= the sum of lanes[(o * rows + r) * LAMP_CONV_LANES ...], in a fixed order; gw's
-   rows ldg apart. */
-lamp_status lamp_conv_direct_grad_reduce(lamp_device device, float *gw, size_t ldg, const float *lanes, size_t n_out,
+/* gw[o][r] (+)= the accumulated sum for (o, r); gw's rows ldg apart, rows = g->channels * 9. */
+lamp_status lamp_conv_direct_grad_reduce(lamp_device device, float *gw, size_t ldg, const float *acc, size_t n_out,
                                          size_t rows, int accumulate);
-/* The forward and lamp_conv_direct_grad with x in f32, f16 or bf16 (x_dtype): a 16-bit x is
-   widened into work exactly as lamp_convert does, an fp32 x is read in place (work unused). */
+/* The forward and lamp_conv_direct_grad with x in f32, f16 or bf16 (x_dtype), a 16-bit x widened
+   exactly as lamp_convert does (the forward widens it into work; an fp32 x it reads in place). */
 lamp_status lamp_conv_direct_typed(lamp_device device, float *out, size_t ld_out, const void *x, lamp_dtype x_dtype,
                                    const float *wt, size_t ldw, size_t n_out, const lamp_conv_geom *g, float *work);
-lamp_status lamp_conv_direct_grad_typed(lamp_device device, float *lanes, const void *x, lamp_dtype x_dtype,
+lamp_status lamp_conv_direct_grad_typed(lamp_device device, float *acc, const void *x, lamp_dtype x_dtype,
                                         const float *dy, size_t n_out, const lamp_conv_geom *g, float *work,
                                         int accumulate);
 

@@ -40,7 +40,7 @@
 /* What one worker thread owns: its workspaces (sized before the parallel loop) and sums. */
 typedef struct conv_worker {
   lamp_tensor *col, *out, *dy, *dx, *grad;
-  lamp_tensor *lanes; /* the direct kernel's weight gradient, LAMP_CONV_LANES partial sums a weight */
+  lamp_tensor *acc;   /* the direct kernel's weight-gradient accumulator (lamp_conv_direct_grad_acc) */
   lamp_tensor *xs;   /* an image of x as an operand, when x is not an operand already */
   double *bias_sums; /* [out] */
   int busy;          /* ran a task in the current pass */
@@ -500,14 +500,15 @@ static lamp_status backward_task(void *ctx, size_t worker, size_t s) {
   if (st == LAMP_OK) st = dy_operand(j, w, s, &dys);
   for (size_t g = 0; st == LAMP_OK && g < (size_t)j->c->groups; g++) {
     float *gw = j->grads ? (float *)lamp_tensor_data(w->grad) + g * d->cout_g * d->k_rows : NULL;
-    float *lanes = j->grads && d->direct ? (float *)lamp_tensor_data(w->lanes) + g * d->cout_g * d->k_rows * LAMP_CONV_LANES
-                                         : NULL;
+    float *acc = j->grads && d->direct
+                     ? (float *)lamp_tensor_data(w->acc) + g * lamp_conv_direct_grad_acc(&d->geom, d->cout_g)
+                     : NULL;
     if (j->grads && typed) {
-      st = lamp_conv_direct_grad_typed(dev, lanes, at(j->x, s * d->image_in + g * d->cin_g * d->plane_in), j->x->dtype,
+      st = lamp_conv_direct_grad_typed(dev, acc, at(j->x, s * d->image_in + g * d->cin_g * d->plane_in), j->x->dtype,
                                        dys + g * d->cout_g * d->plane_out, d->cout_g, &d->geom,
                                        lamp_tensor_data(w->col), w->busy);
     } else if (j->grads && d->direct) {
-      st = lamp_conv_direct_grad(dev, lanes, xs + g * d->cin_g * d->plane_in, dys + g * d->cout_g * d->plane_out,
+      st = lamp_conv_direct_grad(dev, acc, xs + g * d->cin_g * d->plane_in, dys + g * d->cout_g * d->plane_out,
                                  d->cout_g, &d->geom, lamp_tensor_data(w->col), w->busy);
     } else if (j->grads) {
       st = columns(dev, lamp_tensor_data(w->col), xs + g * d->cin_g * d->plane_in, d->image_in, &d->geom, &col);
@@ -536,15 +537,18 @@ static lamp_status add_grad(const lamp_exec *exec, float *g, const float *v, siz
 }
 
 /* The workers' partial sums, added in worker order, into the gradient slab. The direct kernel's
-   lanes are first reduced into each worker's sums, once for all its images. */
+   accumulators are first moved into each worker's sums, once for all its images. */
 static lamp_status finish_grads(conv2d *c, const lamp_exec *exec, const conv_dims *d, size_t workers) {
   size_t nw = lamp_tensor_numel(c->gweight), out = (size_t)c->out;
   float *sum = lamp_tensor_data(c->workers[0].grad);
   lamp_status st = LAMP_OK;
+  size_t per_group = lamp_conv_direct_grad_acc(&d->geom, d->cout_g);
   for (size_t w = 0; st == LAMP_OK && d->direct && w < workers; w++)
-    if (c->workers[w].busy)
-      st = lamp_conv_direct_grad_reduce(exec->device, lamp_tensor_data(c->workers[w].grad), d->k_rows,
-                                        lamp_tensor_data(c->workers[w].lanes), (size_t)c->out, d->k_rows, 0);
+    for (size_t g = 0; st == LAMP_OK && c->workers[w].busy && g < (size_t)c->groups; g++)
+      st = lamp_conv_direct_grad_reduce(exec->device,
+                                        (float *)lamp_tensor_data(c->workers[w].grad) + g * d->cout_g * d->k_rows,
+                                        d->k_rows, (const float *)lamp_tensor_data(c->workers[w].acc) + g * per_group,
+                                        d->cout_g, d->k_rows, 0);
   if (!c->workers[0].busy) st = lamp_fill(exec->device, sum, LAMP_F32, nw, 0.0f); /* an empty batch */
   for (size_t w = 1; st == LAMP_OK && w < workers; w++)
     if (c->workers[w].busy) st = lamp_axpy(exec->device, sum, lamp_tensor_data(c->workers[w].grad), nw, 1.0f);
@@ -567,7 +571,7 @@ static lamp_status finish_grads(conv2d *c, const lamp_exec *exec, const conv_dim
 static lamp_status prepare_workers(conv2d *c, const lamp_exec *exec, const conv_dims *d, size_t workers,
                                    const lamp_tensor *x, const lamp_tensor *dy, const lamp_tensor *dx, int grads) {
   size_t col = !grads                     ? 0
-               : d->direct                ? lamp_conv_direct_work(&d->geom)
+               : d->direct                ? lamp_conv_direct_grad_work(&d->geom, d->cout_g)
                : is_pointwise(&d->geom)   ? 0
                                           : d->k_rows * d->plane_out;
   size_t out = 0, dxw = 0;
@@ -589,7 +593,7 @@ static lamp_status prepare_workers(conv2d *c, const lamp_exec *exec, const conv_
     if (st == LAMP_OK && dxw > 0) st = ensure_work(&cw->dx, exec->device, dxw);
     if (st == LAMP_OK && grads) st = ensure_work(&cw->grad, exec->device, lamp_tensor_numel(c->gweight));
     if (st == LAMP_OK && grads && d->direct)
-      st = ensure_work(&cw->lanes, exec->device, lamp_tensor_numel(c->gweight) * LAMP_CONV_LANES);
+      st = ensure_work(&cw->acc, exec->device, (size_t)c->groups * lamp_conv_direct_grad_acc(&d->geom, d->cout_g));
     if (st == LAMP_OK && grads && !lamp_operand_in_place(exec, x->dtype) && !widen_x_in_kernel(exec, d, x->dtype))
       st = ensure_work(&cw->xs, exec->device, d->image_in);
     if (st == LAMP_OK && grads && c->has_bias) memset(cw->bias_sums, 0, (size_t)c->out * sizeof *cw->bias_sums);
@@ -664,7 +668,7 @@ static void conv_destroy(lamp_layer *layer) {
   for (size_t i = 0; i < sizeof ts / sizeof ts[0]; i++) lamp_tensor_release(ts[i]);
   for (size_t w = 0; w < MAX_WORKERS; w++) {
     conv_worker *cw = &c->workers[w];
-    lamp_tensor *wts[] = {cw->col, cw->out, cw->dy, cw->dx, cw->grad, cw->lanes, cw->xs};
+    lamp_tensor *wts[] = {cw->col, cw->out, cw->dy, cw->dx, cw->grad, cw->acc, cw->xs};
     for (size_t i = 0; i < sizeof wts / sizeof wts[0]; i++) lamp_tensor_release(wts[i]);
   }
   free(c->workers[0].bias_sums);

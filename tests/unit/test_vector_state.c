@@ -132,8 +132,10 @@ static void direct_conv_leaves_clean_state(void **state) {
                       .stride_w = 1, .pad_h = 1, .pad_w = 1, .dilation_h = 1, .dilation_w = 1, .out_h = 5, .out_w = 7};
   if (!lamp_conv_direct_supported(LAMP_CPU, &g)) skip();
   size_t n_out = 3, ldw = lamp_conv_direct_width(n_out), plane = 35;
-  static float wt[2 * 9 * 16], out[3 * 35], gw[3 * 18], lanes[3 * 18 * LAMP_CONV_LANES], work[2 * 7 * 9];
+  static float wt[2 * 9 * 16], out[3 * 35], gw[3 * 18], acc[18 * 16], work[2 * 7 * 9 + 35 * 16 + 16];
   assert_true(ldw <= 16 && lamp_conv_direct_work(&g) <= sizeof work / sizeof *work);
+  assert_true(lamp_conv_direct_grad_work(&g, n_out) <= sizeof work / sizeof *work);
+  assert_true(lamp_conv_direct_grad_acc(&g, n_out) <= sizeof acc / sizeof *acc);
   for (size_t i = 0; i < sizeof wt / sizeof *wt; i++) wt[i] = (float)(i % 7) * 0.25f;
   const lamp_dtype dtypes[] = {LAMP_F32, LAMP_F16};
   for (size_t d = 0; d < 2; d++) {
@@ -142,11 +144,11 @@ static void direct_conv_leaves_clean_state(void **state) {
     assert_int_equal(lamp_conv_direct_typed(LAMP_CPU, out, plane, x, dtypes[d], wt, ldw, n_out, &g, work), LAMP_OK);
     check_clean("lamp_conv_direct_typed", 2 * plane);
     clean_state();
-    assert_int_equal(lamp_conv_direct_grad_typed(LAMP_CPU, lanes, x, dtypes[d], f32_in, n_out, &g, work, 0),
+    assert_int_equal(lamp_conv_direct_grad_typed(LAMP_CPU, acc, x, dtypes[d], f32_in, n_out, &g, work, 0),
                      LAMP_OK);
     check_clean("lamp_conv_direct_grad_typed", 2 * plane);
     clean_state();
-    assert_int_equal(lamp_conv_direct_grad_reduce(LAMP_CPU, gw, 18, lanes, n_out, 18, 0), LAMP_OK);
+    assert_int_equal(lamp_conv_direct_grad_reduce(LAMP_CPU, gw, 18, acc, n_out, 18, 0), LAMP_OK);
     check_clean("lamp_conv_direct_grad_reduce", 3 * 18);
   }
 }

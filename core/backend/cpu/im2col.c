@@ -247,7 +247,7 @@ lamp_status lamp_scatter_planes(lamp_device device, void *dst, lamp_dtype dst_dt
 static int direct_geometry(const lamp_conv_geom *g) {
   return g->kernel_h == 3 && g->kernel_w == 3 && g->stride_h == 1 && g->stride_w == 1 && g->dilation_h == 1 &&
          g->dilation_w == 1 && g->pad_h == 1 && g->pad_w == 1 && g->out_h == g->height && g->out_w == g->width &&
-         g->channels > 0 && g->width <= 1024;
+         g->channels > 0 && g->width <= 1024 && g->height <= 1024;
 }
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
@@ -358,90 +358,143 @@ __attribute__((target("avx512f"))) static void direct_cpu(float *out, size_t ld_
 }
 
 /*
-** The weight gradient of 8 output channels (o0...) for input channel c and kernel row i:
-** sum_p dy[o][p] * col[(c, i, j)][p] for row r = (c * 3 + i) * 3 + j, the sum over the image
-** kept in 16 lanes per (o, j), which are stored (or added) as they are: the lanes are reduced
-** once per batch (lamp_conv_direct_grad_reduce). The 8 planes of dy are read once per (c, i)
-** and stay in L1 across the loop over c.
+** The weight gradient, gw[o][r] = sum_p dy[o][p] * col[r][p] (r = (c * 3 + i) * 3 + j), with the
+** output channels in the vector lanes: dy is transposed to [pixel][16-padded outputs] and the
+** input given a zero border, so that for each pixel one vector of dy meets, by broadcast, the
+** 9 taps of two input channels at once (18 accumulators; the direct forward's shape, which runs
+** near the FMA peak, where lanes along the pixels wasted masked tails and split loads). The
+** sums stay in the accumulator buffer acc[r][16-padded outputs] across a worker's images
+** (pixels in raster order, images in turn) and are transposed into gw once per batch.
 */
-#define GRAD_BLOCK 8
-#define GRAD_ACC(X) X(0) X(1) X(2) X(3) X(4) X(5) X(6) X(7)
-#define GRAD_ZERO(o) __m512 a##o##_0 = _mm512_setzero_ps(), a##o##_1 = a##o##_0, a##o##_2 = a##o##_0;
-#define GRAD_FMA(o)                                                 \
-  {                                                                 \
-    __m512 d = _mm512_maskz_loadu_ps(mask, dp[o] + p);              \
-    a##o##_0 = _mm512_fmadd_ps(d, v0, a##o##_0);                    \
-    a##o##_1 = _mm512_fmadd_ps(d, v1, a##o##_1);                    \
-    a##o##_2 = _mm512_fmadd_ps(d, v2, a##o##_2);                    \
-  }
-#define GRAD_SAVE(o) acc[o][0] = a##o##_0, acc[o][1] = a##o##_1, acc[o][2] = a##o##_2;
+/* The 9 taps (i, j) of one input channel, read through p, into accumulators k (0-8, 9-17). */
+#define GRAD_TAPS_0(X, p) X(0, p, 0, 0) X(1, p, 0, 1) X(2, p, 0, 2) X(3, p, 1, 0) X(4, p, 1, 1) \
+  X(5, p, 1, 2) X(6, p, 2, 0) X(7, p, 2, 1) X(8, p, 2, 2)
+#define GRAD_TAPS_9(X, p) X(9, p, 0, 0) X(10, p, 0, 1) X(11, p, 0, 2) X(12, p, 1, 0) X(13, p, 1, 1) \
+  X(14, p, 1, 2) X(15, p, 2, 0) X(16, p, 2, 1) X(17, p, 2, 2)
+#define GRAD_ZERO(k, p, i, j) __m512 a##k = _mm512_setzero_ps();
+#define GRAD_FMA(k, p, i, j) a##k = _mm512_fmadd_ps(d, _mm512_set1_ps(p[(i) * wp + (j)]), a##k);
+#define GRAD_STORE(k, p, i, j) grad_store(acc + (r0 + (k)) * o16, a##k, accumulate);
 
-__attribute__((target("avx512f"))) static void grad_block(float *lanes, size_t rows, const float *x, const float *dy,
-                                                          size_t o0, size_t n_out, size_t c, size_t i,
-                                                          const lamp_conv_geom *g, const __mmask16 (*masks)[3],
-                                                          int accumulate) {
-  size_t w = g->width, h = g->height, plane = h * w, blocks = (w + 15) / 16;
-  size_t valid = n_out - o0 < GRAD_BLOCK ? n_out - o0 : GRAD_BLOCK;
-  /* rows past n_out read the last valid plane again; their sums are dropped */
-  const float *d0 = dy + o0 * plane, *dp[GRAD_BLOCK];
-  for (size_t o = 0; o < GRAD_BLOCK; o++) dp[o] = d0 + (o < valid ? o : valid - 1) * plane;
-  GRAD_ACC(GRAD_ZERO)
-  /* taps on the zero border add nothing: output rows whose tap row i falls outside are skipped */
-  size_t first = i == 0 ? 1 : 0, last = i == 2 ? h - 1 : h;
-  for (size_t oy = first; oy < last; oy++) {
-    const float *row = x + c * plane + (oy + i - 1) * w;
-    size_t p = oy * w;
-    for (size_t b = 0; b < blocks; b++, p += 16) {
-      size_t ox = b * 16;
-      __mmask16 mask = masks[b][1];
-      __m512 v0 = _mm512_maskz_loadu_ps(masks[b][0], tap_address(row, ox, 0)),
-             v1 = _mm512_maskz_loadu_ps(mask, row + ox),
-             v2 = _mm512_maskz_loadu_ps(masks[b][2], tap_address(row, ox, 2));
-      GRAD_ACC(GRAD_FMA)
-    }
-  }
-  __m512 acc[GRAD_BLOCK][3];
-  GRAD_ACC(GRAD_SAVE)
-  for (size_t o = 0; o < valid; o++)
-    for (size_t j = 0; j < 3; j++) {
-      float *dst = lanes + ((o0 + o) * rows + (c * 3 + i) * 3 + j) * LAMP_CONV_LANES;
-      __m512 v = acc[o][j];
-      if (accumulate) v = _mm512_add_ps(_mm512_loadu_ps(dst), v);
-      _mm512_storeu_ps(dst, v);
-    }
+/* Hides where p points from the optimiser: neighbouring pixels share taps, and GCC would keep them
+   in registers from one pixel to the next, shuffling and spilling them, where a broadcast straight
+   from memory into each FMA is what the load ports can feed at full rate. */
+#define OPAQUE(p) __asm__("" : "+r"(p))
+
+__attribute__((target("avx512f"))) static inline void grad_store(float *dst, __m512 v, int accumulate) {
+  if (accumulate) v = _mm512_add_ps(_mm512_loadu_ps(dst), v);
+  _mm512_storeu_ps(dst, v);
 }
 
-__attribute__((target("avx512f"))) static void grad_cpu(float *lanes, const void *x, lamp_dtype x_dtype,
+/* Rows r0 .. r0 + 17 (input channels c, c + 1) of output block ob: xp the bordered planes. */
+__attribute__((target("avx512f"))) static void grad_two_channels(float *acc, size_t o16, size_t r0, const float *xp,
+                                                                 const float *dyt, const lamp_conv_geom *g,
+                                                                 int accumulate) {
+  size_t h = g->height, w = g->width, wp = w + 2, plane_p = (h + 2) * wp;
+  GRAD_TAPS_0(GRAD_ZERO, p0)
+  GRAD_TAPS_9(GRAD_ZERO, p1)
+  for (size_t oy = 0; oy < h; oy++)
+    for (size_t ox = 0; ox < w; ox++) {
+      __m512 d = _mm512_loadu_ps(dyt + (oy * w + ox) * o16);
+      const float *p0 = xp + oy * wp + ox, *p1 = p0 + plane_p;
+      OPAQUE(p0);
+      OPAQUE(p1);
+      GRAD_TAPS_0(GRAD_FMA, p0)
+      GRAD_TAPS_9(GRAD_FMA, p1)
+    }
+  GRAD_TAPS_0(GRAD_STORE, p0)
+  GRAD_TAPS_9(GRAD_STORE, p1)
+}
+
+/* The same for a last, odd input channel: rows r0 .. r0 + 8. */
+__attribute__((target("avx512f"))) static void grad_one_channel(float *acc, size_t o16, size_t r0, const float *xp,
+                                                                const float *dyt, const lamp_conv_geom *g,
+                                                                int accumulate) {
+  size_t h = g->height, w = g->width, wp = w + 2;
+  GRAD_TAPS_0(GRAD_ZERO, p0)
+  for (size_t oy = 0; oy < h; oy++)
+    for (size_t ox = 0; ox < w; ox++) {
+      __m512 d = _mm512_loadu_ps(dyt + (oy * w + ox) * o16);
+      const float *p0 = xp + oy * wp + ox;
+      OPAQUE(p0);
+      GRAD_TAPS_0(GRAD_FMA, p0)
+    }
+  GRAD_TAPS_0(GRAD_STORE, p0)
+}
+
+/* x's planes (widened where 16-bit, exactly as lamp_convert does) with a zero border: [c][h+2][w+2]. */
+static void bordered_planes(float *xp, const void *x, lamp_dtype dtype, const lamp_conv_geom *g) {
+  size_t h = g->height, w = g->width, wp = w + 2, plane_p = (h + 2) * wp;
+  for (size_t c = 0; c < g->channels; c++) {
+    float *dst = xp + c * plane_p;
+    memset(dst, 0, wp * sizeof *dst);
+    memset(dst + (h + 1) * wp, 0, wp * sizeof *dst);
+    for (size_t y = 0; y < h; y++) {
+      float *row = dst + (y + 1) * wp;
+      size_t first = (c * h + y) * w;
+      row[0] = row[w + 1] = 0.0f;
+      if (dtype == LAMP_F32) memcpy(row + 1, (const float *)x + first, w * sizeof *row);
+      else if (dtype == LAMP_F16) lamp_f16_to_f32_n(row + 1, (const uint16_t *)x + first, w);
+      else lamp_bf16_to_f32_n(row + 1, (const uint16_t *)x + first, w);
+    }
+  }
+}
+
+/* dy [n_out][plane] as [plane][o16], the outputs past n_out zero: 16 outputs of a pixel per
+   gather (direct_geometry keeps 15 planes' offsets within int32). */
+__attribute__((target("avx512f"))) static void transpose_dy(float *dyt, const float *dy, size_t n_out, size_t o16,
+                                                            size_t plane) {
+  const __m512i index = _mm512_mullo_epi32(_mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0),
+                                           _mm512_set1_epi32((int)plane));
+  for (size_t ob = 0; ob < o16; ob += 16) {
+    size_t n = lamp_cpu_min(16, n_out - ob);
+    __mmask16 valid = (__mmask16)((1u << n) - 1u);
+    const float *src = dy + ob * plane;
+    for (size_t p = 0; p < plane; p++)
+      _mm512_storeu_ps(dyt + p * o16 + ob,
+                       _mm512_mask_i32gather_ps(_mm512_setzero_ps(), valid, index, src + p, sizeof(float)));
+  }
+}
+
+static size_t padded_outputs(size_t n_out) { return (n_out + 15) / 16 * 16; }
+
+static size_t bordered_floats(const lamp_conv_geom *g) {
+  return (g->channels * (g->height + 2) * (g->width + 2) + 15) / 16 * 16;
+}
+
+__attribute__((target("avx512f"))) static void grad_cpu(float *acc, const void *x, lamp_dtype x_dtype,
                                                         const float *dy, size_t n_out, const lamp_conv_geom *g,
                                                         float *work, int accumulate) {
-  const float *planes = fp32_planes(x, x_dtype, g, work);
-  __mmask16 masks[64][3]; /* per block of 16 columns; direct_geometry keeps rows <= 1024 wide */
-  for (size_t ox = 0; ox < g->width; ox += 16) tap_masks(masks[ox / 16], ox, lamp_cpu_min(16, g->width - ox), g->width);
-  for (size_t o0 = 0; o0 < n_out; o0 += GRAD_BLOCK)
-    for (size_t c = 0; c < g->channels; c++)
-      for (size_t i = 0; i < 3; i++)
-        grad_block(lanes, g->channels * 9, planes, dy, o0, n_out, c, i, g, (const __mmask16(*)[3])masks, accumulate);
+  size_t o16 = padded_outputs(n_out), plane = g->height * g->width, plane_p = (g->height + 2) * (g->width + 2);
+  float *xp = work, *dyt = work + bordered_floats(g);
+  bordered_planes(xp, x, x_dtype, g);
+  transpose_dy(dyt, dy, n_out, o16, plane);
+  for (size_t ob = 0; ob < o16; ob += 16) {
+    size_t c = 0;
+    for (; c + 2 <= g->channels; c += 2)
+      grad_two_channels(acc + ob, o16, c * 9, xp + c * plane_p, dyt + ob, g, accumulate);
+    if (c < g->channels) grad_one_channel(acc + ob, o16, c * 9, xp + c * plane_p, dyt + ob, g, accumulate);
+  }
   _mm256_zeroupper();
 }
 
-/* The lanes of each weight summed by _mm512_reduce_add_ps: a fixed tree, the same every call. */
-__attribute__((target("avx512f"))) static void grad_reduce_cpu(float *gw, size_t ldg, const float *lanes, size_t n_out,
-                                                               size_t rows, int accumulate) {
+/* gw[o][r] (+)= acc[r][o]: the transpose of the accumulators into the weights' layout. */
+static void grad_reduce_cpu(float *gw, size_t ldg, const float *acc, size_t n_out, size_t rows, int accumulate) {
+  size_t o16 = padded_outputs(n_out);
   for (size_t o = 0; o < n_out; o++)
-    for (size_t r = 0; r < rows; r++) {
-      float sum = _mm512_reduce_add_ps(_mm512_loadu_ps(lanes + (o * rows + r) * LAMP_CONV_LANES));
-      gw[o * ldg + r] = accumulate ? gw[o * ldg + r] + sum : sum;
-    }
-  _mm256_zeroupper();
+    for (size_t r = 0; r < rows; r++) gw[o * ldg + r] = accumulate ? gw[o * ldg + r] + acc[r * o16 + o] : acc[r * o16 + o];
 }
 #else
 static int have_avx512(void) { return 0; }
-static void grad_cpu(float *lanes, const void *x, lamp_dtype x_dtype, const float *dy, size_t n_out,
+static void grad_cpu(float *acc, const void *x, lamp_dtype x_dtype, const float *dy, size_t n_out,
                      const lamp_conv_geom *g, float *work, int accumulate) {
-  (void)lanes, (void)x, (void)x_dtype, (void)dy, (void)n_out, (void)g, (void)work, (void)accumulate;
+  (void)acc, (void)x, (void)x_dtype, (void)dy, (void)n_out, (void)g, (void)work, (void)accumulate;
 }
-static void grad_reduce_cpu(float *gw, size_t ldg, const float *lanes, size_t n_out, size_t rows, int accumulate) {
-  (void)gw, (void)ldg, (void)lanes, (void)n_out, (void)rows, (void)accumulate;
+static void grad_reduce_cpu(float *gw, size_t ldg, const float *acc, size_t n_out, size_t rows, int accumulate) {
+  (void)gw, (void)ldg, (void)acc, (void)n_out, (void)rows, (void)accumulate;
+}
+static size_t padded_outputs(size_t n_out) { return (n_out + 15) / 16 * 16; }
+static size_t bordered_floats(const lamp_conv_geom *g) {
+  return (g->channels * (g->height + 2) * (g->width + 2) + 15) / 16 * 16;
 }
 static void direct_cpu(float *out, size_t ld_out, const void *x, lamp_dtype x_dtype, const float *wt, size_t ldw,
                        size_t n_out, const lamp_conv_geom *g, float *work) {
@@ -456,6 +509,14 @@ int lamp_conv_direct_supported(lamp_device device, const lamp_conv_geom *g) {
 size_t lamp_conv_direct_width(size_t n_out) { return (n_out + DIRECT_BLOCK - 1) / DIRECT_BLOCK * DIRECT_BLOCK; }
 
 size_t lamp_conv_direct_work(const lamp_conv_geom *g) { return g->channels * g->height * g->width; }
+
+size_t lamp_conv_direct_grad_work(const lamp_conv_geom *g, size_t n_out) {
+  return bordered_floats(g) + g->height * g->width * padded_outputs(n_out);
+}
+
+size_t lamp_conv_direct_grad_acc(const lamp_conv_geom *g, size_t n_out) {
+  return g->channels * 9 * padded_outputs(n_out);
+}
 
 lamp_status lamp_conv_direct_typed(lamp_device device, float *out, size_t ld_out, const void *x, lamp_dtype x_dtype,
                                    const float *wt, size_t ldw, size_t n_out, const lamp_conv_geom *g, float *work) {
@@ -476,7 +537,7 @@ lamp_status lamp_conv_direct(lamp_device device, float *out, size_t ld_out, cons
   return lamp_conv_direct_typed(device, out, ld_out, x, LAMP_F32, wt, ldw, n_out, g, work);
 }
 
-lamp_status lamp_conv_direct_grad_typed(lamp_device device, float *lanes, const void *x, lamp_dtype x_dtype,
+lamp_status lamp_conv_direct_grad_typed(lamp_device device, float *acc, const void *x, lamp_dtype x_dtype,
                                         const float *dy, size_t n_out, const lamp_conv_geom *g, float *work,
                                         int accumulate) {
   if (device != LAMP_CPU) return lamp_cpu_unsupported_device("conv_direct_grad", device);
@@ -484,20 +545,20 @@ lamp_status lamp_conv_direct_grad_typed(lamp_device device, float *lanes, const 
     return lamp_error(LAMP_ERR_UNSUPPORTED, "conv_direct_grad: this geometry or CPU is not supported");
   lamp_status s = lamp_cpu_check_float("conv_direct_grad", "x", x_dtype);
   if (s != LAMP_OK) return s;
-  grad_cpu(lanes, x, x_dtype, dy, n_out, g, work, accumulate);
+  grad_cpu(acc, x, x_dtype, dy, n_out, g, work, accumulate);
   return LAMP_OK;
 }
 
-lamp_status lamp_conv_direct_grad(lamp_device device, float *lanes, const float *x, const float *dy, size_t n_out,
+lamp_status lamp_conv_direct_grad(lamp_device device, float *acc, const float *x, const float *dy, size_t n_out,
                                   const lamp_conv_geom *g, float *work, int accumulate) {
-  return lamp_conv_direct_grad_typed(device, lanes, x, LAMP_F32, dy, n_out, g, work, accumulate);
+  return lamp_conv_direct_grad_typed(device, acc, x, LAMP_F32, dy, n_out, g, work, accumulate);
 }
 
-lamp_status lamp_conv_direct_grad_reduce(lamp_device device, float *gw, size_t ldg, const float *lanes, size_t n_out,
+lamp_status lamp_conv_direct_grad_reduce(lamp_device device, float *gw, size_t ldg, const float *acc, size_t n_out,
                                          size_t rows, int accumulate) {
   if (device != LAMP_CPU) return lamp_cpu_unsupported_device("conv_direct_grad_reduce", device);
   if (!have_avx512())
     return lamp_error(LAMP_ERR_UNSUPPORTED, "conv_direct_grad_reduce: this CPU has no AVX-512");
-  grad_reduce_cpu(gw, ldg, lanes, n_out, rows, accumulate);
+  grad_reduce_cpu(gw, ldg, acc, n_out, rows, accumulate);
   return LAMP_OK;
 }
