@@ -28,3 +28,17 @@ bench_torch() {
 bench_core() {
   "$1" --version | sed -n 's/.*(core \(.*\))$/\1/p'
 }
+
+# Paired ratios. The runs of one repeat are adjacent in time, so a ratio taken inside a repeat
+# cancels most of a shared machine's drift, which best-of-N figures do not (one lucky run of the
+# denominator moves them). The benchmarks print the median over repeats beside best-of.
+#   pair_add KEY A B   records A / B for this repeat
+#   pair_median KEY    prints the median of KEY's ratios, two decimals
+declare -A pairs
+pair_add() {
+  pairs[$1]+="$(awk -v a="$2" -v b="$3" 'BEGIN { printf "%.6f ", a / b }')"
+}
+pair_median() {
+  tr ' ' '\n' <<<"${pairs[$1]}" | sed '/^$/d' | sort -g |
+    awk '{ v[NR] = $1 } END { if (NR % 2) printf "%.2f", v[(NR + 1) / 2]; else printf "%.2f", (v[NR / 2] + v[NR / 2 + 1]) / 2 }'
+}

@@ -3,7 +3,8 @@
 # bf16 and fp16 against PyTorch fp32 with 1 and 2 threads, side by side in one run, batch 128,
 # SGD, on a quarter of Fashion-MNIST (--epochs=E changes the fraction; accuracy after so little
 # training is only a sanity check). Prints samples/s and the ratios
-#   lamp fp32 / PyTorch's best setting (target >= 1.0), lamp bf16 / lamp fp32 (target >= 0.8).
+#   lamp fp32 / PyTorch's best setting (target >= 1.0), lamp bf16 / lamp fp32 (target >= 0.8),
+# each as best-of-N and as the median of the ratios inside each repeat (see common.sh).
 #
 #   scripts/bench/resnet.sh [--repeat=N] [--epochs=E]
 # Environment: LAMP_TORCH_REF, PYTHON.
@@ -30,10 +31,11 @@ torch_sps() { # threads
     sed -n 's/.*samples\/s=\([0-9]*\).*test_acc=\([0-9.]*\).*/\1 \2/p'
 }
 
-declare -A best
+declare -A best cur
 keep() { # name sps
   [[ -n "$2" ]] || { echo "resnet.sh: run '$1' printed no result" >&2; exit 1; }
   (( ${best[$1]:-0} < $2 )) && best[$1]=$2
+  cur[$1]=$2
   return 0
 }
 printf "%-40s %10s %10s\n" "run (small ResNet, batch 128, sgd, $limit samples)" "samples/s" "accuracy"
@@ -50,8 +52,14 @@ for ((i = 1; i <= repeat; i++)); do
     printf "%-40s %10s %9s%%\n" "pytorch fp32 --threads $threads" "$sps" \
       "$(awk -v a="${acc:-0}" 'BEGIN { printf "%.2f", 100 * a }')"
   done
+  t1=${cur[torch 1]} t2=${cur[torch 2]}
+  torch_best=$(( t1 > t2 ? t1 : t2 ))
+  pair_add torch "${cur[lamp fp32]}" "$torch_best"
+  pair_add bf16 "${cur[lamp bf16]}" "${cur[lamp fp32]}"
+  pair_add fp16 "${cur[lamp fp16]}" "${cur[lamp fp32]}"
 done
 ratio() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.2f", a / b }'; }
-echo "ratio lamp fp32 / pytorch best:  $(ratio "${best[lamp fp32]}" "${best[torch]}")x  (target >= 1.0)"
-echo "ratio lamp bf16 / lamp fp32:     $(ratio "${best[lamp bf16]}" "${best[lamp fp32]}")x  (target >= 0.8)"
-echo "ratio lamp fp16 / lamp fp32:     $(ratio "${best[lamp fp16]}" "${best[lamp fp32]}")x"
+paired="median of $repeat paired repeat(s)"
+echo "ratio lamp fp32 / pytorch best:  $(ratio "${best[lamp fp32]}" "${best[torch]}")x best-of, $(pair_median torch)x $paired (target >= 1.0)"
+echo "ratio lamp bf16 / lamp fp32:     $(ratio "${best[lamp bf16]}" "${best[lamp fp32]}")x best-of, $(pair_median bf16)x $paired (target >= 0.8)"
+echo "ratio lamp fp16 / lamp fp32:     $(ratio "${best[lamp fp16]}" "${best[lamp fp32]}")x best-of, $(pair_median fp16)x $paired"
