@@ -536,22 +536,30 @@ static lamp_status add_grad(const lamp_exec *exec, float *g, const float *v, siz
   return lamp_accumulate_rounded(exec->device, g, v, exec->grad_dtype, n);
 }
 
-/* The workers' partial sums, added in worker order, into the gradient slab. The direct kernel's
-   accumulators are first moved into each worker's sums, once for all its images. */
+/* Worker w's direct-kernel accumulators moved into sum (added when `accumulate`), group by group. */
+static lamp_status add_direct_sums(conv2d *c, const lamp_exec *exec, const conv_dims *d, size_t w, float *sum,
+                                   int accumulate) {
+  size_t per_group = lamp_conv_direct_grad_acc(&d->geom, d->cout_g);
+  const float *acc = lamp_tensor_data(c->workers[w].acc);
+  lamp_status st = LAMP_OK;
+  for (size_t g = 0; st == LAMP_OK && g < (size_t)c->groups; g++)
+    st = lamp_conv_direct_grad_reduce(exec->device, sum + g * d->cout_g * d->k_rows, d->k_rows, acc + g * per_group,
+                                      d->cout_g, d->k_rows, accumulate);
+  return st;
+}
+
+/* The workers' partial sums, added in worker order into worker 0's buffer, then into the slab. */
 static lamp_status finish_grads(conv2d *c, const lamp_exec *exec, const conv_dims *d, size_t workers) {
   size_t nw = lamp_tensor_numel(c->gweight), out = (size_t)c->out;
   float *sum = lamp_tensor_data(c->workers[0].grad);
   lamp_status st = LAMP_OK;
-  size_t per_group = lamp_conv_direct_grad_acc(&d->geom, d->cout_g);
-  for (size_t w = 0; st == LAMP_OK && d->direct && w < workers; w++)
-    for (size_t g = 0; st == LAMP_OK && c->workers[w].busy && g < (size_t)c->groups; g++)
-      st = lamp_conv_direct_grad_reduce(exec->device,
-                                        (float *)lamp_tensor_data(c->workers[w].grad) + g * d->cout_g * d->k_rows,
-                                        d->k_rows, (const float *)lamp_tensor_data(c->workers[w].acc) + g * per_group,
-                                        d->cout_g, d->k_rows, 0);
   if (!c->workers[0].busy) st = lamp_fill(exec->device, sum, LAMP_F32, nw, 0.0f); /* an empty batch */
-  for (size_t w = 1; st == LAMP_OK && w < workers; w++)
-    if (c->workers[w].busy) st = lamp_axpy(exec->device, sum, lamp_tensor_data(c->workers[w].grad), nw, 1.0f);
+  /* the other paths wrote worker 0's sums into its buffer already */
+  for (size_t w = d->direct ? 0 : 1; st == LAMP_OK && w < workers; w++) {
+    if (!c->workers[w].busy) continue;
+    if (d->direct) st = add_direct_sums(c, exec, d, w, sum, w > 0);
+    else st = lamp_axpy(exec->device, sum, lamp_tensor_data(c->workers[w].grad), nw, 1.0f);
+  }
   if (st == LAMP_OK) st = add_grad(exec, lamp_tensor_data(c->gweight), sum, nw);
   if (st != LAMP_OK || !c->has_bias) return st;
   float sums[256];

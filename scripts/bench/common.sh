@@ -4,9 +4,12 @@
 #   bench_args NAME "$@"   parses --repeat=N and --epochs=E into $repeat and $epochs
 #   bench_torch NAME       sets $ref and $python, or stops with a message naming what is missing
 #   bench_core LAMP        prints the OpenBLAS core that `LAMP --version` reports
+#   keep NAME SPS          records a run: best[NAME] the highest over the repeats, cur[NAME] this
+#                          repeat's; a run that printed nothing stops the benchmark, naming it
 
 bench_args() {
   local name=$1 a
+  bench_name=$name
   shift
   repeat=1
   epochs=1
@@ -41,4 +44,12 @@ pair_add() {
 pair_median() {
   tr ' ' '\n' <<<"${pairs[$1]}" | sed '/^$/d' | sort -g |
     awk '{ v[NR] = $1 } END { if (NR % 2) printf "%.2f", v[(NR + 1) / 2]; else printf "%.2f", (v[NR / 2] + v[NR / 2 + 1]) / 2 }'
+}
+
+declare -A best cur
+keep() {
+  [[ -n "$2" ]] || { echo "$bench_name: run '$1' printed no result" >&2; exit 1; }
+  (( ${best[$1]:-0} < $2 )) && best[$1]=$2
+  cur[$1]=$2
+  return 0
 }

@@ -27,13 +27,6 @@ torch_sps() { # precision epochs
     sed -n 's/.*samples\/s=\([0-9]*\).*test_acc=\([0-9.]*\).*/\1 \2/p'
 }
 
-declare -A best cur
-keep() { # name sps
-  [[ -n "$2" ]] || { echo "precision.sh: run '$1' printed no result" >&2; exit 1; }
-  (( ${best[$1]:-0} < $2 )) && best[$1]=$2
-  cur[$1]=$2
-  return 0
-}
 printf "%-36s %10s %10s\n" "run (MLP, batch 128, sgd)" "samples/s" "accuracy"
 for ((i = 1; i <= repeat; i++)); do
   for p in fp32 fp16 bf16; do

@@ -31,13 +31,6 @@ torch_sps() { # threads
     sed -n 's/.*samples\/s=\([0-9]*\).*test_acc=\([0-9.]*\).*/\1 \2/p'
 }
 
-declare -A best cur
-keep() { # name sps
-  [[ -n "$2" ]] || { echo "resnet.sh: run '$1' printed no result" >&2; exit 1; }
-  (( ${best[$1]:-0} < $2 )) && best[$1]=$2
-  cur[$1]=$2
-  return 0
-}
 printf "%-40s %10s %10s\n" "run (small ResNet, batch 128, sgd, $limit samples)" "samples/s" "accuracy"
 for ((i = 1; i <= repeat; i++)); do
   for p in fp32 bf16 fp16; do

@@ -119,8 +119,8 @@ static size_t task_count(size_t n, size_t elements) {
 /* out = in * sc + sh, rectified when `relu` (a constant once inlined: each form is its own
    loop); blocks go through a local array, so out may alias in and the loop still vectorises (the
    compiler need not prove the pointers apart). */
-static inline __attribute__((always_inline)) void affine_row_as(float *out, const float *in, float sc, float sh,
-                                                                 size_t n, int relu) {
+static inline __attribute__((always_inline)) void affine_row(float *out, const float *in, float sc, float sh,
+                                                              size_t n, int relu) {
   size_t e = 0;
   for (; e + BLOCK <= n; e += BLOCK) {
     float v[BLOCK];
@@ -132,13 +132,6 @@ static inline __attribute__((always_inline)) void affine_row_as(float *out, cons
   for (; e < n; e++) out[e] = relu ? rectify(in[e] * sc + sh) : in[e] * sc + sh;
 }
 
-static void affine_row(float *out, const float *in, float sc, float sh, size_t n) {
-  affine_row_as(out, in, sc, sh, n, 0);
-}
-
-static void affine_relu_row(float *out, const float *in, float sc, float sh, size_t n) {
-  affine_row_as(out, in, sc, sh, n, 1);
-}
 
 static lamp_status affine_task(void *ctx, size_t worker, size_t t) {
   const affine_job *j = ctx;
@@ -153,8 +146,8 @@ static lamp_status affine_task(void *ctx, size_t worker, size_t t) {
       for (size_t p = 0; p < j->hw; p += LAMP_CPU_CHUNK) {
         size_t len = lamp_cpu_min(LAMP_CPU_CHUNK, j->hw - p);
         float *out = lamp_cpu_scratch(stage, j->y, j->y_dtype, row + p);
-        if (j->relu) affine_relu_row(out, j->x + row + p, sc, sh, len);
-        else affine_row(out, j->x + row + p, sc, sh, len);
+        if (j->relu) affine_row(out, j->x + row + p, sc, sh, len, 1);
+        else affine_row(out, j->x + row + p, sc, sh, len, 0);
         lamp_cpu_commit(j->y, j->y_dtype, row + p, out, len);
       }
     }

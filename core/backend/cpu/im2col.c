@@ -233,10 +233,11 @@ lamp_status lamp_scatter_planes(lamp_device device, void *dst, lamp_dtype dst_dt
 ** For the 3x3 / padding 1 convolutions of small CNNs the columns are nine shifted copies of the
 ** input, which im2col writes and the GEMM then packs again before its kernel reads them: for
 ** the thin products of 16 or 32 channels that traffic costs as much as the arithmetic. Here a
-** kernel reads the input planes directly (the zero border is implied, see tap_masks): 16 output channels of 16 adjacent
-** pixels of a row are accumulated in registers over every (channel, tap), the weight of each
-** broadcast from a [K][16-padded] transposed copy. It needs AVX-512 (checked at run time);
-** elsewhere lamp_conv_direct_supported says no and callers take im2col + GEMM.
+** kernel reads the input planes directly (the zero border is implied, see tap_masks): 16 output
+** channels of 16 adjacent pixels of a row are accumulated in registers over every (channel,
+** tap), the weight of each broadcast from a [K][16-padded] transposed copy. It needs AVX-512
+** (checked at run time); elsewhere lamp_conv_direct_supported says no and callers take
+** im2col + GEMM.
 **
 ** Numerically it is a GEMM over the same K terms, accumulated in order with fused
 ** multiply-adds: a reassociation of the same products, as any BLAS kernel does.
@@ -248,6 +249,14 @@ static int direct_geometry(const lamp_conv_geom *g) {
   return g->kernel_h == 3 && g->kernel_w == 3 && g->stride_h == 1 && g->stride_w == 1 && g->dilation_h == 1 &&
          g->dilation_w == 1 && g->pad_h == 1 && g->pad_w == 1 && g->out_h == g->height && g->out_w == g->width &&
          g->channels > 0 && g->width <= 1024 && g->height <= 1024;
+}
+
+/* The weight gradient's workspaces: output channels padded to whole vectors, and the input
+   planes with a zero border (see grad_cpu). */
+static size_t padded_outputs(size_t n_out) { return (n_out + 15) / 16 * 16; }
+
+static size_t bordered_floats(const lamp_conv_geom *g) {
+  return (g->channels * (g->height + 2) * (g->width + 2) + 15) / 16 * 16;
 }
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
@@ -455,12 +464,6 @@ __attribute__((target("avx512f"))) static void transpose_dy(float *dyt, const fl
   }
 }
 
-static size_t padded_outputs(size_t n_out) { return (n_out + 15) / 16 * 16; }
-
-static size_t bordered_floats(const lamp_conv_geom *g) {
-  return (g->channels * (g->height + 2) * (g->width + 2) + 15) / 16 * 16;
-}
-
 __attribute__((target("avx512f"))) static void grad_cpu(float *acc, const void *x, lamp_dtype x_dtype,
                                                         const float *dy, size_t n_out, const lamp_conv_geom *g,
                                                         float *work, int accumulate) {
@@ -477,24 +480,11 @@ __attribute__((target("avx512f"))) static void grad_cpu(float *acc, const void *
   _mm256_zeroupper();
 }
 
-/* gw[o][r] (+)= acc[r][o]: the transpose of the accumulators into the weights' layout. */
-static void grad_reduce_cpu(float *gw, size_t ldg, const float *acc, size_t n_out, size_t rows, int accumulate) {
-  size_t o16 = padded_outputs(n_out);
-  for (size_t o = 0; o < n_out; o++)
-    for (size_t r = 0; r < rows; r++) gw[o * ldg + r] = accumulate ? gw[o * ldg + r] + acc[r * o16 + o] : acc[r * o16 + o];
-}
 #else
 static int have_avx512(void) { return 0; }
 static void grad_cpu(float *acc, const void *x, lamp_dtype x_dtype, const float *dy, size_t n_out,
                      const lamp_conv_geom *g, float *work, int accumulate) {
   (void)acc, (void)x, (void)x_dtype, (void)dy, (void)n_out, (void)g, (void)work, (void)accumulate;
-}
-static void grad_reduce_cpu(float *gw, size_t ldg, const float *acc, size_t n_out, size_t rows, int accumulate) {
-  (void)gw, (void)ldg, (void)acc, (void)n_out, (void)rows, (void)accumulate;
-}
-static size_t padded_outputs(size_t n_out) { return (n_out + 15) / 16 * 16; }
-static size_t bordered_floats(const lamp_conv_geom *g) {
-  return (g->channels * (g->height + 2) * (g->width + 2) + 15) / 16 * 16;
 }
 static void direct_cpu(float *out, size_t ld_out, const void *x, lamp_dtype x_dtype, const float *wt, size_t ldw,
                        size_t n_out, const lamp_conv_geom *g, float *work) {
@@ -554,11 +544,15 @@ lamp_status lamp_conv_direct_grad(lamp_device device, float *acc, const float *x
   return lamp_conv_direct_grad_typed(device, acc, x, LAMP_F32, dy, n_out, g, work, accumulate);
 }
 
+/* gw[o][r] (+)= acc[r][o]: the accumulators, output channels in the lanes, in the weights' layout. */
 lamp_status lamp_conv_direct_grad_reduce(lamp_device device, float *gw, size_t ldg, const float *acc, size_t n_out,
                                          size_t rows, int accumulate) {
   if (device != LAMP_CPU) return lamp_cpu_unsupported_device("conv_direct_grad_reduce", device);
-  if (!have_avx512())
-    return lamp_error(LAMP_ERR_UNSUPPORTED, "conv_direct_grad_reduce: this CPU has no AVX-512");
-  grad_reduce_cpu(gw, ldg, acc, n_out, rows, accumulate);
+  size_t o16 = padded_outputs(n_out);
+  for (size_t o = 0; o < n_out; o++)
+    for (size_t r = 0; r < rows; r++) {
+      float v = acc[r * o16 + o];
+      gw[o * ldg + r] = accumulate ? gw[o * ldg + r] + v : v;
+    }
   return LAMP_OK;
 }
