@@ -288,32 +288,46 @@ static const float *fp32_planes(const void *x, lamp_dtype dtype, const lamp_conv
 }
 
 /*
-** The zero border of "padding 1" is never formed. A row of taps outside the image is skipped: its
-** products would all be w * 0 = +-0, and adding +-0 to an accumulator that starts at +0 changes
-** nothing (a sum of finite products is never -0). A tap column outside the row is a masked-off
-** lane, which loads as 0. The sums are therefore those of the zero-bordered input, bit for bit.
-**
-** tap_masks: for a block of n pixels from column ox of a row w wide, the lanes whose tap column
-** ox + lane + j - 1 (j = 0, 1, 2) lies inside the row.
+** The zero border of "padding 1" is never formed. Pixels are taken 16 at a time in raster order
+** (flattened: a block may wrap onto the next row, so a 28 or 14 wide plane fills its lanes),
+** and a tap that falls outside the image is a masked-off lane, which loads as 0 and is never
+** accessed; a row of taps outside the image for every lane of a block is skipped. Either way
+** the products are w * 0 = +-0, and adding +-0 to an accumulator that starts at +0 changes
+** nothing (a sum of finite products is never -0): the sums are those of the zero-bordered
+** input, bit for bit.
 */
-__attribute__((target("avx512f"))) static inline void tap_masks(__mmask16 m[3], size_t ox, size_t n, size_t w) {
-  __mmask16 lanes = (__mmask16)((1u << n) - 1u);
-  m[0] = ox == 0 ? (__mmask16)(lanes & ~1u) : lanes;
-  m[1] = lanes;
-  m[2] = ox + n == w ? (__mmask16)(lanes & ~(1u << (n - 1))) : lanes;
+static inline uint32_t low_lanes(size_t k) { return k >= 16 ? 0xffffu : (uint32_t)((1u << k) - 1u); }
+
+/*
+** For the n pixels from flattened index p0 of an h x w plane: rows[i], the lanes whose tap row
+** (i = 0, 1, 2: above, same, below) lies inside the image, and cols[j], those whose tap column
+** (left, same, right) does.
+*/
+static void block_lanes(uint32_t rows[3], uint32_t cols[3], size_t p0, size_t n, size_t w, size_t plane) {
+  uint32_t lanes = low_lanes(n), first = 0, last = 0;
+  size_t ox = p0 % w;
+  for (size_t l = ox == 0 ? 0 : w - ox; l < n; l += w) first |= 1u << l; /* column 0 */
+  for (size_t l = w - 1 - ox; l < n; l += w) last |= 1u << l;             /* column w - 1 */
+  rows[0] = p0 < w ? lanes & ~low_lanes(w - p0) : lanes;
+  rows[1] = lanes;
+  rows[2] = p0 + w >= plane ? 0 : lanes & low_lanes(plane - w - p0);
+  cols[0] = lanes & ~first;
+  cols[1] = lanes;
+  cols[2] = lanes & ~last;
 }
 
-/* row + ox + j - 1 as an address, formed without pointer arithmetic before the array (the lane
-   it would address is masked off, and a masked-off lane is never accessed). */
-static inline const float *tap_address(const float *row, size_t ox, size_t j) {
-  return (const float *)(const void *)((uintptr_t)(row + ox + j) - sizeof(float));
+/* Tap (i, j) of pixel p0 in a plane w wide, x[p0 + (i - 1) * w + j - 1], as an address formed
+   without pointer arithmetic outside the array (its lanes there are masked off, never accessed). */
+static inline const float *tap_address(const float *plane, size_t p0, size_t w, size_t i, size_t j) {
+  return (const float *)(const void *)((uintptr_t)plane + (p0 + i * w + j) * sizeof(float) -
+                                       (w + 1) * sizeof(float));
 }
 
 /*
-** 16 output channels (o0...) of `n` pixels of output row oy starting at column ox: a step
-** loads one pixel vector and issues 16 fused multiply-adds with the weights broadcast from
-** memory. (Two pixel blocks sharing register-broadcast weights measured slower.) The
-** accumulators are named one by one so that they stay in registers.
+** 16 output channels (o0...) of the `n` pixels from flattened index p0: a step loads one pixel
+** vector and issues 16 fused multiply-adds with the weights broadcast from memory. (Two pixel
+** blocks sharing register-broadcast weights measured slower.) The accumulators are named one by
+** one so that they stay in registers.
 */
 #define DIRECT_ACC(X) X(0) X(1) X(2) X(3) X(4) X(5) X(6) X(7) X(8) X(9) X(10) X(11) X(12) X(13) X(14) X(15)
 #define DIRECT_ZERO(o) __m512 a##o = _mm512_setzero_ps();
@@ -322,35 +336,34 @@ static inline const float *tap_address(const float *row, size_t ox, size_t j) {
 
 __attribute__((target("avx512f"))) static void direct_block(float *out, size_t ld_out, const float *x,
                                                             const float *wt, size_t ldw, size_t o0, size_t n_out,
-                                                            size_t oy, size_t ox, size_t n,
-                                                            const lamp_conv_geom *g) {
-  size_t w = g->width, h = g->height, plane = h * w;
-  __mmask16 m[3];
-  tap_masks(m, ox, n, w);
+                                                            size_t p0, size_t n, const lamp_conv_geom *g) {
+  size_t w = g->width, plane = g->height * w;
+  uint32_t rows[3], cols[3];
+  block_lanes(rows, cols, p0, n, w, plane);
   DIRECT_ACC(DIRECT_ZERO)
   const float *wk = wt + o0;
   for (size_t c = 0; c < g->channels; c++)
     for (size_t i = 0; i < 3; i++) { /* the three taps of a row unrolled */
-      if (oy + i == 0 || oy + i > h) { /* a row of the zero border: nothing to add */
+      if (rows[i] == 0) { /* a row of the zero border for every pixel: nothing to add */
         wk += 3 * ldw;
         continue;
       }
-      const float *row = x + c * plane + (oy + i - 1) * w;
-      __m512 v = _mm512_maskz_loadu_ps(m[0], tap_address(row, ox, 0));
+      const float *xc = x + c * plane;
+      __m512 v = _mm512_maskz_loadu_ps((__mmask16)(rows[i] & cols[0]), tap_address(xc, p0, w, i, 0));
       DIRECT_ACC(DIRECT_FMA)
       wk += ldw;
-      v = _mm512_maskz_loadu_ps(m[1], tap_address(row, ox, 1));
+      v = _mm512_maskz_loadu_ps((__mmask16)(rows[i] & cols[1]), tap_address(xc, p0, w, i, 1));
       DIRECT_ACC(DIRECT_FMA)
       wk += ldw;
-      v = _mm512_maskz_loadu_ps(m[2], tap_address(row, ox, 2));
+      v = _mm512_maskz_loadu_ps((__mmask16)(rows[i] & cols[2]), tap_address(xc, p0, w, i, 2));
       DIRECT_ACC(DIRECT_FMA)
       wk += ldw;
     }
   __m512 acc[DIRECT_BLOCK];
   DIRECT_ACC(DIRECT_SAVE)
   size_t valid = n_out - o0 < DIRECT_BLOCK ? n_out - o0 : DIRECT_BLOCK;
-  float *dst = out + o0 * ld_out + oy * g->out_w + ox;
-  for (size_t o = 0; o < valid; o++) _mm512_mask_storeu_ps(dst + o * ld_out, m[1], acc[o]);
+  float *dst = out + o0 * ld_out + p0;
+  for (size_t o = 0; o < valid; o++) _mm512_mask_storeu_ps(dst + o * ld_out, (__mmask16)cols[1], acc[o]);
 }
 
 /* Both kernels leave with vzeroupper: the SSE code after them would run slowly behind dirty
@@ -359,10 +372,10 @@ __attribute__((target("avx512f"))) static void direct_cpu(float *out, size_t ld_
                                                           const float *wt, size_t ldw, size_t n_out,
                                                           const lamp_conv_geom *g, float *work) {
   const float *planes = fp32_planes(x, x_dtype, g, work);
+  size_t plane = g->out_h * g->out_w;
   for (size_t o0 = 0; o0 < n_out; o0 += DIRECT_BLOCK)
-    for (size_t oy = 0; oy < g->out_h; oy++)
-      for (size_t ox = 0; ox < g->out_w; ox += DIRECT_BLOCK)
-        direct_block(out, ld_out, planes, wt, ldw, o0, n_out, oy, ox, lamp_cpu_min(DIRECT_BLOCK, g->out_w - ox), g);
+    for (size_t p0 = 0; p0 < plane; p0 += DIRECT_BLOCK)
+      direct_block(out, ld_out, planes, wt, ldw, o0, n_out, p0, lamp_cpu_min(DIRECT_BLOCK, plane - p0), g);
   _mm256_zeroupper();
 }
 

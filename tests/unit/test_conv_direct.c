@@ -1,0 +1,159 @@
+/*
+** The direct 3x3 convolution (lamp_conv_direct) against a plain reference, over plane shapes
+** that exercise every edge of its pixel blocks: planes narrower than a vector, blocks that wrap
+** onto the next row (or several), blocks that end part-way, 1-pixel rows and columns, output
+** counts that are not multiples of 16. The forward sums in order over (c, i, j) with fused
+** multiply-adds, so the reference does exactly that with fmaf and must agree bit for bit; taps in
+** the zero border add +-0, which changes no sum, and the reference skips them. The weight
+** gradient is a reassociation and is checked against a double-precision sum.
+*/
+#include <math.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "backend/backend.h"
+#include "tensor/dtype.h"
+#include "tensor/half.h"
+
+typedef struct shape {
+  size_t channels, h, w, n_out;
+} shape;
+
+static const shape shapes[] = {
+    {1, 1, 1, 1},   {2, 3, 5, 3},   {3, 7, 7, 16},  {2, 5, 16, 17}, {2, 4, 17, 5},  {1, 9, 1, 2},
+    {3, 2, 33, 20}, {2, 6, 3, 1},   {4, 14, 14, 32}, {3, 28, 28, 16}, {1, 28, 28, 16}, {2, 15, 31, 33},
+};
+
+static uint32_t rng_state = 12345u;
+
+/* Values in [-1, 1) with a few bits of mantissa, some of them zero. */
+static float next_value(void) {
+  rng_state = rng_state * 1664525u + 1013904223u;
+  uint32_t r = rng_state >> 8;
+  if (r % 11 == 0) return 0.0f;
+  return (float)((int32_t)(r % 4096) - 2048) / 2048.0f;
+}
+
+static lamp_conv_geom geometry(const shape *s) {
+  lamp_conv_geom g = {.channels = s->channels, .height = s->h, .width = s->w, .kernel_h = 3, .kernel_w = 3,
+                      .stride_h = 1, .stride_w = 1, .pad_h = 1, .pad_w = 1, .dilation_h = 1, .dilation_w = 1,
+                      .out_h = s->h, .out_w = s->w};
+  return g;
+}
+
+/* x[c][y + i - 1][x + j - 1], or NaN for a tap in the zero border (never used). */
+static int tap(const float *x, const shape *s, size_t c, size_t p, size_t i, size_t j, float *v) {
+  ptrdiff_t y = (ptrdiff_t)(p / s->w) + (ptrdiff_t)i - 1, xx = (ptrdiff_t)(p % s->w) + (ptrdiff_t)j - 1;
+  if (y < 0 || xx < 0 || y >= (ptrdiff_t)s->h || xx >= (ptrdiff_t)s->w) return 0;
+  *v = x[(c * s->h + (size_t)y) * s->w + (size_t)xx];
+  return 1;
+}
+
+/* out[o][p] = fmaf over (c, i, j) in order of wt[(c * 3 + i) * 3 + j][o] * tap. */
+static float reference_output(const float *x, const float *wt, size_t ldw, const shape *s, size_t o, size_t p) {
+  float acc = 0.0f, v;
+  for (size_t c = 0; c < s->channels; c++)
+    for (size_t i = 0; i < 3; i++)
+      for (size_t j = 0; j < 3; j++)
+        if (tap(x, s, c, p, i, j, &v)) acc = fmaf(wt[((c * 3 + i) * 3 + j) * ldw + o], v, acc);
+  return acc;
+}
+
+#define GUARD 12345.0f
+
+static void check_forward(const shape *s, lamp_dtype dtype) {
+  lamp_conv_geom g = geometry(s);
+  size_t plane = s->h * s->w, ld_out = plane + 3, ldw = lamp_conv_direct_width(s->n_out);
+  size_t nx = s->channels * plane, nw = s->channels * 9 * ldw, nout = s->n_out * ld_out + 16;
+  float *x = malloc(nx * sizeof *x), *wt = calloc(nw, sizeof *wt), *out = malloc(nout * sizeof *out);
+  float *work = malloc((lamp_conv_direct_work(&g) + 1) * sizeof *work);
+  uint16_t *x16 = malloc(nx * sizeof *x16);
+  assert_non_null(x), assert_non_null(wt), assert_non_null(out), assert_non_null(work), assert_non_null(x16);
+  for (size_t k = 0; k < nx; k++) x[k] = next_value();
+  if (dtype != LAMP_F32) { /* the reference reads the 16-bit values widened */
+    if (dtype == LAMP_F16) lamp_f32_to_f16_n(x16, x, nx), lamp_f16_to_f32_n(x, x16, nx);
+    else lamp_f32_to_bf16_n(x16, x, nx), lamp_bf16_to_f32_n(x, x16, nx);
+  }
+  for (size_t r = 0; r < s->channels * 9; r++)
+    for (size_t o = 0; o < s->n_out; o++) wt[r * ldw + o] = next_value();
+  for (size_t k = 0; k < nout; k++) out[k] = GUARD;
+  const void *input = dtype == LAMP_F32 ? (const void *)x : (const void *)x16;
+  assert_int_equal(lamp_conv_direct_typed(LAMP_CPU, out, ld_out, input, dtype, wt, ldw, s->n_out, &g, work), LAMP_OK);
+  for (size_t o = 0; o < s->n_out; o++) {
+    for (size_t p = 0; p < plane; p++) {
+      float want = reference_output(x, wt, ldw, s, o, p), got = out[o * ld_out + p];
+      if (memcmp(&want, &got, sizeof want) != 0)
+        fail_msg("%zux%zux%zu -> %zu (%s): out[%zu][%zu] = %.9g, reference %.9g", s->channels, s->h, s->w,
+                 s->n_out, lamp_dtype_name(dtype), o, p, (double)got, (double)want);
+    }
+    for (size_t p = plane; p < ld_out; p++) assert_true(out[o * ld_out + p] == GUARD); /* row gaps untouched */
+  }
+  for (size_t k = s->n_out * ld_out; k < nout; k++) assert_true(out[k] == GUARD); /* no padded output written */
+  free(x), free(wt), free(out), free(work), free(x16);
+}
+
+static void forward_matches_reference_bit_for_bit(void **state) {
+  (void)state;
+  lamp_conv_geom probe = geometry(&shapes[0]);
+  if (!lamp_conv_direct_supported(LAMP_CPU, &probe)) skip();
+  for (size_t k = 0; k < sizeof shapes / sizeof *shapes; k++) {
+    check_forward(&shapes[k], LAMP_F32);
+    check_forward(&shapes[k], LAMP_BF16);
+    check_forward(&shapes[k], LAMP_F16);
+  }
+}
+
+/* gw[o][r] against a double sum; the tolerance is relative to the sum of |terms|. */
+static void check_gradient(const shape *s) {
+  lamp_conv_geom g = geometry(s);
+  size_t plane = s->h * s->w, rows = s->channels * 9, nx = s->channels * plane;
+  float *x = malloc(nx * sizeof *x), *dy = malloc(s->n_out * plane * sizeof *dy);
+  float *acc = malloc(lamp_conv_direct_grad_acc(&g, s->n_out) * sizeof *acc);
+  float *work = aligned_alloc(64, (lamp_conv_direct_grad_work(&g, s->n_out) * sizeof(float) + 63) / 64 * 64);
+  float *gw = malloc(s->n_out * rows * sizeof *gw);
+  assert_non_null(x), assert_non_null(dy), assert_non_null(acc), assert_non_null(work), assert_non_null(gw);
+  for (size_t k = 0; k < nx; k++) x[k] = next_value();
+  for (size_t k = 0; k < s->n_out * plane; k++) dy[k] = next_value();
+  /* twice, accumulating: the sums are those of two identical images */
+  assert_int_equal(lamp_conv_direct_grad(LAMP_CPU, acc, x, dy, s->n_out, &g, work, 0), LAMP_OK);
+  assert_int_equal(lamp_conv_direct_grad(LAMP_CPU, acc, x, dy, s->n_out, &g, work, 1), LAMP_OK);
+  assert_int_equal(lamp_conv_direct_grad_reduce(LAMP_CPU, gw, rows, acc, s->n_out, rows, 0), LAMP_OK);
+  for (size_t o = 0; o < s->n_out; o++)
+    for (size_t r = 0; r < rows; r++) {
+      size_t c = r / 9, i = r / 3 % 3, j = r % 3;
+      double sum = 0.0, mag = 0.0;
+      float v;
+      for (size_t p = 0; p < plane; p++)
+        if (tap(x, s, c, p, i, j, &v)) {
+          sum += 2.0 * (double)dy[o * plane + p] * (double)v;
+          mag += 2.0 * fabs((double)dy[o * plane + p] * (double)v);
+        }
+      double got = gw[o * rows + r];
+      if (fabs(got - sum) > 1e-6 * mag + 1e-30)
+        fail_msg("%zux%zux%zu -> %zu: gw[%zu][%zu] = %.9g, reference %.9g", s->channels, s->h, s->w, s->n_out, o,
+                 r, got, sum);
+    }
+  free(x), free(dy), free(acc), free(work), free(gw);
+}
+
+static void gradient_matches_reference(void **state) {
+  (void)state;
+  lamp_conv_geom probe = geometry(&shapes[0]);
+  if (!lamp_conv_direct_supported(LAMP_CPU, &probe)) skip();
+  for (size_t k = 0; k < sizeof shapes / sizeof *shapes; k++) check_gradient(&shapes[k]);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(forward_matches_reference_bit_for_bit),
+      cmocka_unit_test(gradient_matches_reference),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
