@@ -90,4 +90,10 @@ void lamp_cpu_gemm_release_workspace(void);
 typedef void (*lamp_range_fn)(void *ctx, size_t part, size_t begin, size_t end);
 lamp_status lamp_cpu_split_pass(size_t n, lamp_range_fn fn, void *ctx);
 
+/* ---- parallel.c -------------------------------------------------------------------------- */
+
+/* The pool's helpers stop polling for the next loop and sleep (called before OpenBLAS runs its
+   own threads; a no-op inside a loop). */
+void lamp_cpu_pool_sleep(void);
+
 #endif

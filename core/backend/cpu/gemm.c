@@ -159,6 +159,7 @@ static lamp_status gemm_cpu(int trans_a, int trans_b, size_t m, size_t n, size_t
     /* beta == 0 leaves the copy unread: sgemm overwrites it without reading. */
     if (beta != 0.0f) widen_matrix(c32, &(stored_matrix){c, c_dtype, m, n, ldc});
   }
+  if (openblas_get_num_threads() > 1) lamp_cpu_pool_sleep(); /* its threads need the cores */
   cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans,
               trans_b ? CblasTrans : CblasNoTrans, (int)m, (int)n, (int)k, alpha, a32, (int)lda,
               b32, (int)ldb, beta, c32, (int)ldc32);

@@ -11,18 +11,34 @@
 ** thread count, never on timing; and consecutive layers give a worker the same images, which
 ** may still sit in its cache.
 ** A worker's error is carried back to the calling thread (the error slot is per thread).
+** Between loops a helper, and the calling thread at the end of a loop, first spin for a short
+** while (SPIN_NS) before sleeping: a small CNN step runs dozens of loops back to back, and waking
+** a sleeping thread through the kernel costs tens of microseconds each time. A multi-threaded
+** GEMM tells the helpers to sleep at once (lamp_cpu_pool_sleep): OpenBLAS's own threads need
+** those cores then (a polling helper made the MLP 6% slower).
 ** The helper threads persist between loops (see `pool`); their per-thread GEMM workspaces
 ** therefore persist too, as the calling thread's do.
 */
 #include <cblas.h>
 #include <pthread.h>
+#include <sched.h>
+#include <stdatomic.h>
 #include <stdio.h>
+#include <time.h>
+#if defined(__x86_64__) || defined(__i386__)
+#include <immintrin.h>
+#endif
 
 #include "backend/backend.h"
 #include "backend/cpu/cpu_backend.h"
 #include "base/error.h"
 
 #define MAX_WORKERS 16
+
+/* How long a thread polls for the next loop, or for the end of its own, before it sleeps: long
+   enough to cover the serial code between the loops of a step, short enough that an idle
+   trainer (or another process on a busy machine) loses next to nothing. */
+#define SPIN_NS 100000L
 
 /* One worker's share of the current loop: its status and, on failure, its message. */
 typedef struct slot {
@@ -38,10 +54,11 @@ typedef struct slot {
 typedef struct pool {
   pthread_mutex_t lock;
   pthread_cond_t wake, done;
-  unsigned long generation; /* bumped by every loop, under lock */
+  atomic_size_t generation; /* bumped by every loop, under lock (read without it while polling) */
   size_t helpers;           /* helper threads started: workers 1 .. helpers */
   size_t active;            /* workers of the current loop (those >= active sit it out) */
-  size_t pending;           /* helpers still running the current loop */
+  atomic_size_t pending;    /* helpers still running the current loop (changed under lock) */
+  atomic_int sleep_now;     /* helpers stop polling for the next loop (lamp_cpu_pool_sleep) */
   size_t n_tasks;
   lamp_task_fn fn;
   void *ctx;
@@ -55,7 +72,7 @@ static pthread_once_t fork_once = PTHREAD_ONCE_INIT;
 
 typedef struct helper_start {
   size_t index;
-  unsigned long generation; /* the last one before it started: it waits for the next */
+  size_t generation; /* the last one before it started: it waits for the next */
 } helper_start;
 static helper_start starts[MAX_WORKERS];
 
@@ -70,19 +87,54 @@ static void run_slot(pool *p, size_t i) {
   if (s->status != LAMP_OK) snprintf(s->message, sizeof s->message, "%s", lamp_last_error());
 }
 
+static long elapsed_ns(const struct timespec *since) {
+  struct timespec now;
+  clock_gettime(CLOCK_MONOTONIC, &now);
+  return (now.tv_sec - since->tv_sec) * 1000000000L + (now.tv_nsec - since->tv_nsec);
+}
+
+static inline void pause_briefly(void) {
+#if defined(__x86_64__) || defined(__i386__)
+  _mm_pause();
+#endif
+}
+
+/* Polls until *v differs from `from` (1), or SPIN_NS have passed or *stop is set (0). */
+static int spin_while_equal(atomic_size_t *v, size_t from, atomic_int *stop) {
+  struct timespec start;
+  clock_gettime(CLOCK_MONOTONIC, &start);
+  for (unsigned i = 1;; i++) {
+    if (atomic_load_explicit(v, memory_order_acquire) != from) return 1;
+    if (stop != NULL && atomic_load_explicit(stop, memory_order_relaxed)) return 0;
+    pause_briefly();
+    if (i % 64 == 0) {
+      if (elapsed_ns(&start) > SPIN_NS) return 0;
+      sched_yield(); /* a thread that has work here (OpenBLAS's, another process's) goes first */
+    }
+  }
+}
+
+/* The next loop after `seen`: polled for, then slept for; returns with the lock held. */
+static void wait_for_loop(pool *p, size_t seen) {
+  spin_while_equal(&p->generation, seen, &p->sleep_now);
+  pthread_mutex_lock(&p->lock);
+  while (atomic_load(&p->generation) == seen) pthread_cond_wait(&p->wake, &p->lock);
+}
+
 static void *helper(void *arg) {
   const helper_start *start = arg;
   pool *p = &the_pool;
   inside_parallel = 1;
-  pthread_mutex_lock(&p->lock);
-  for (unsigned long seen = start->generation;;) {
-    while (p->generation == seen) pthread_cond_wait(&p->wake, &p->lock);
-    seen = p->generation;
-    if (start->index >= p->active) continue;
+  for (size_t seen = start->generation;;) {
+    wait_for_loop(p, seen);
+    seen = atomic_load(&p->generation);
+    int active = start->index < p->active;
     pthread_mutex_unlock(&p->lock);
+    if (!active) continue;
     run_slot(p, start->index);
     pthread_mutex_lock(&p->lock);
-    if (--p->pending == 0) pthread_cond_signal(&p->done);
+    if (atomic_fetch_sub(&p->pending, 1) == 1) pthread_cond_signal(&p->done);
+    pthread_mutex_unlock(&p->lock);
   }
   return NULL;
 }
@@ -114,7 +166,7 @@ static void start_helpers(pool *p, size_t wanted) {
   while (p->helpers < wanted) {
     size_t i = p->helpers + 1;
     pthread_t thread;
-    starts[i] = (helper_start){.index = i, .generation = p->generation};
+    starts[i] = (helper_start){.index = i, .generation = atomic_load(&p->generation)};
     if (pthread_create(&thread, NULL, helper, &starts[i]) != 0) return;
     pthread_detach(thread);
     p->helpers = i;
@@ -136,6 +188,10 @@ static lamp_status serially(size_t n_tasks, lamp_task_fn fn, void *ctx) {
   return LAMP_OK;
 }
 
+void lamp_cpu_pool_sleep(void) {
+  if (!inside_parallel) atomic_store_explicit(&the_pool.sleep_now, 1, memory_order_relaxed);
+}
+
 lamp_status lamp_parallel_for(lamp_device device, size_t n_tasks, lamp_task_fn fn, void *ctx) {
   if (device != LAMP_CPU) return lamp_cpu_unsupported_device("parallel_for", device);
   size_t threads = lamp_backend_threads(device);
@@ -153,8 +209,9 @@ lamp_status lamp_parallel_for(lamp_device device, size_t n_tasks, lamp_task_fn f
   p->n_tasks = n_tasks;
   p->fn = fn;
   p->ctx = ctx;
-  p->pending = helpers;
-  p->generation++;
+  atomic_store(&p->pending, helpers);
+  atomic_store(&p->sleep_now, 0);
+  atomic_fetch_add(&p->generation, 1);
   pthread_cond_broadcast(&p->wake);
   pthread_mutex_unlock(&p->lock);
   inside_parallel = 1;
@@ -163,8 +220,10 @@ lamp_status lamp_parallel_for(lamp_device device, size_t n_tasks, lamp_task_fn f
      their indices, so the split (and every rounding) is the planned one. */
   for (size_t i = helpers + 1; i < threads; i++) run_slot(p, i);
   inside_parallel = 0;
+  for (size_t left; (left = atomic_load(&p->pending)) > 0 && spin_while_equal(&p->pending, left, NULL);) {
+  }
   pthread_mutex_lock(&p->lock);
-  while (p->pending > 0) pthread_cond_wait(&p->done, &p->lock);
+  while (atomic_load(&p->pending) > 0) pthread_cond_wait(&p->done, &p->lock);
   pthread_mutex_unlock(&p->lock);
   openblas_set_num_threads(blas_threads);
   lamp_status st = LAMP_OK;
