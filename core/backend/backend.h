@@ -188,13 +188,40 @@ lamp_status lamp_channel_affine(lamp_device device, void *y, lamp_dtype y_dtype,
 lamp_status lamp_channel_combine(lamp_device device, float *out, const float *a, const float *b, const float *p,
                                  const float *q, const float *r, size_t n, size_t c, size_t hw);
 /* The same, out rounded to out_dtype as it is written (out must not overlap a or b unless fp32). */
+lamp_status lamp_channel_combine_typed(lamp_device device, void *out, lamp_dtype out_dtype, const float *a,
+                                       const float *b, const float *p, const float *q, const float *r, size_t n,
+                                       size_t c, size_t hw);
+
+/*
+** The gradient mask of a ReLU that followed lamp_channel_affine(..., x, scale, shift, ..., relu 1),
+** recomputed from its input: element e of channel k passes where
+**   x[e] * scale[k] + shift[k] > zero_bound,
+** the affine pass's own fp32 arithmetic, with zero_bound 0 for an fp32 output and
+** LAMP_F16_ZERO_BOUND / LAMP_BF16_ZERO_BOUND for a 16-bit one: exactly where the stored output
+** is > 0, which is where lamp_relu_backward passes the gradient.
+*/
+typedef struct lamp_relu_mask {
+  const float *scale, *shift;
+  float zero_bound;
+} lamp_relu_mask;
+
+/*
+** lamp_channel_reduce (with a_center NULL) and lamp_channel_combine_typed with a read through
+** the mask (a masked-off element reads as +0, as lamp_relu_backward writes it), the mask taken
+** from b: BatchNorm's backward with the ReLU after it in the same passes. The same bits as
+** lamp_relu_backward into a, then the unmasked kernel.
+*/
+lamp_status lamp_channel_reduce_masked(lamp_device device, const float *a, const float *b, const float *b_center,
+                                       const lamp_relu_mask *mask, size_t n, size_t c, size_t hw, double *sum_a,
+                                       double *sum_ab);
+lamp_status lamp_channel_combine_masked(lamp_device device, void *out, lamp_dtype out_dtype, const float *a,
+                                        const float *b, const float *p, const float *q, const float *r,
+                                        const lamp_relu_mask *mask, size_t n, size_t c, size_t hw);
+
 /* lamp_convert split across the backend's threads (large arrays; dst and src apart or equal);
    the same values bit for bit. Not for use inside a lamp_parallel_for task. */
 lamp_status lamp_convert_parallel(lamp_device device, void *dst, lamp_dtype dst_dtype, const void *src,
                                   lamp_dtype src_dtype, size_t n);
-lamp_status lamp_channel_combine_typed(lamp_device device, void *out, lamp_dtype out_dtype, const float *a,
-                                       const float *b, const float *p, const float *q, const float *r, size_t n,
-                                       size_t c, size_t hw);
 
 /* y += x elementwise, in fp32, rounded to y's dtype (a residual connection). */
 lamp_status lamp_add_into(lamp_device device, void *y, lamp_dtype y_dtype, const void *x, lamp_dtype x_dtype,

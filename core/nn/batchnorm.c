@@ -20,6 +20,7 @@
 #include "base/error.h"
 #include "nn/layer.h"
 #include "nn/layer_util.h"
+#include "tensor/half.h"
 
 enum { BN_WEIGHT, BN_BIAS };
 enum { BUF_MEAN, BUF_VAR, BUF_COUNT, BN_BUFFERS };
@@ -34,8 +35,10 @@ typedef struct batchnorm {
   lamp_tensor *x32, *dy32, *dx32; /* fp32 copies for 16-bit inputs, reused across steps */
   const void *x32_src;            /* the input x32 was made from in this step's forward */
   int trained;                    /* the last forward used batch statistics */
-  /* per channel, [c] each: of the last forward (mean, invstd), and scratch */
-  float *mean, *invstd, *p, *q, *r;
+  int rectified;                  /* the last forward was forward_relu */
+  /* per channel, [c] each: of the last forward (mean, invstd, and its y = x * scale + shift),
+     and scratch */
+  float *mean, *invstd, *scale, *shift, *p, *q, *r;
   double *sum_a, *sum_ab;
 } batchnorm;
 
@@ -255,11 +258,12 @@ static lamp_status forward_pass(batchnorm *b, const lamp_exec *exec, const lamp_
   if (exec->training) st = batch_statistics(b, exec, xd, n, hw);
   else running_statistics(b);
   if (st != LAMP_OK) return st;
-  for (size_t k = 0; k < c; k++) { /* y = x * p + q: the normalisation and the affine map in one pass */
-    b->p[k] = weight_at(b, k) * b->invstd[k];
-    b->q[k] = bias_at(b, k) - b->mean[k] * b->p[k];
+  for (size_t k = 0; k < c; k++) { /* the normalisation and the affine map in one pass */
+    b->scale[k] = weight_at(b, k) * b->invstd[k];
+    b->shift[k] = bias_at(b, k) - b->mean[k] * b->scale[k];
   }
-  return lamp_channel_affine(exec->device, lamp_tensor_data(y), y->dtype, xd, b->p, b->q, n, c, hw, relu);
+  b->rectified = relu;
+  return lamp_channel_affine(exec->device, lamp_tensor_data(y), y->dtype, xd, b->scale, b->shift, n, c, hw, relu);
 }
 
 static lamp_status bn_forward(lamp_layer *layer, const lamp_exec *exec, const lamp_tensor *x, lamp_tensor *y) {
@@ -286,15 +290,23 @@ static lamp_status add_grad(const lamp_exec *exec, float *g, float *v, size_t c)
   return lamp_accumulate_rounded(exec->device, g, v, exec->grad_dtype, c);
 }
 
+/* The mask of the ReLU fused after the last forward, for a rectified output of y_dtype. */
+static lamp_relu_mask relu_mask(const batchnorm *b, lamp_dtype y_dtype) {
+  float bound = y_dtype == LAMP_F16 ? LAMP_F16_ZERO_BOUND : y_dtype == LAMP_BF16 ? LAMP_BF16_ZERO_BOUND : 0.0f;
+  return (lamp_relu_mask){b->scale, b->shift, bound};
+}
+
 /*
 ** With xhat = (x - mean) * invstd and M = n * hw values per channel:
 **   dweight = sum(dy * xhat), dbias = sum(dy)
 **   training:   dx = w*invstd * (dy - sum(dy)/M - xhat * sum(dy*xhat)/M), the batch statistics
 **               depending on x; written p*dy + q*x + r per channel.
 **   evaluation: dx = w * invstd * dy (the running statistics are constants).
+** mask: dy is the gradient at the output of the ReLU fused after this layer, read through that
+** ReLU's mask (backward_relu); NULL: dy is this layer's own output gradient.
 */
 static lamp_status backward_pass(batchnorm *b, const lamp_exec *exec, const lamp_tensor *x, const lamp_tensor *dy,
-                                 lamp_tensor *dx, int grads) {
+                                 lamp_tensor *dx, int grads, const lamp_relu_mask *mask) {
   size_t n, hw, c = (size_t)b->c;
   char name[64];
   lamp_status st = check_bound(b);
@@ -307,7 +319,10 @@ static lamp_status backward_pass(batchnorm *b, const lamp_exec *exec, const lamp
                       name_of(b, name, sizeof name));
   const float *xd = x->dtype == LAMP_F32 ? lamp_tensor_data(x) : lamp_tensor_data(b->x32), *dyd;
   st = as_f32(exec, dy, &b->dy32, &dyd);
-  if (st == LAMP_OK) st = lamp_channel_reduce(exec->device, dyd, NULL, xd, b->mean, n, c, hw, b->sum_a, b->sum_ab);
+  if (st == LAMP_OK && mask != NULL)
+    st = lamp_channel_reduce_masked(exec->device, dyd, xd, b->mean, mask, n, c, hw, b->sum_a, b->sum_ab);
+  else if (st == LAMP_OK)
+    st = lamp_channel_reduce(exec->device, dyd, NULL, xd, b->mean, n, c, hw, b->sum_a, b->sum_ab);
   if (st != LAMP_OK) return st;
   double m = (double)(n * hw);
   if (grads && b->affine) {
@@ -328,6 +343,9 @@ static lamp_status backward_pass(batchnorm *b, const lamp_exec *exec, const lamp
     b->r[k] = b->trained ? (float)(-a * b->sum_a[k] / m - q * b->mean[k]) : 0.0f;
   }
   /* a 16-bit dx is rounded as it is written (dyd and xd are fp32 copies then, apart from it) */
+  if (mask != NULL)
+    return lamp_channel_combine_masked(exec->device, lamp_tensor_data(dx), dx->dtype, dyd, xd, b->p, b->q, b->r, mask,
+                                       n, c, hw);
   return lamp_channel_combine_typed(exec->device, lamp_tensor_data(dx), dx->dtype, dyd, xd, b->p, b->q, b->r, n, c,
                                     hw);
 }
@@ -336,20 +354,35 @@ static lamp_status bn_backward_input(lamp_layer *layer, const lamp_exec *exec, c
                                      const lamp_tensor *y, const lamp_tensor *dy, lamp_tensor *dx) {
   (void)y;
   if (dx == NULL) return LAMP_OK;
-  return backward_pass((batchnorm *)layer, exec, x, dy, dx, 0);
+  return backward_pass((batchnorm *)layer, exec, x, dy, dx, 0, NULL);
 }
 
 static lamp_status bn_accumulate_grads(lamp_layer *layer, const lamp_exec *exec, const lamp_tensor *x,
                                        const lamp_tensor *dy) {
   if (!((batchnorm *)layer)->affine) return LAMP_OK;
-  return backward_pass((batchnorm *)layer, exec, x, dy, NULL, 1);
+  return backward_pass((batchnorm *)layer, exec, x, dy, NULL, 1, NULL);
 }
 
 static lamp_status bn_backward(lamp_layer *layer, const lamp_exec *exec, const lamp_tensor *x, const lamp_tensor *y,
                                const lamp_tensor *dy, lamp_tensor *dx, size_t first_param) {
   (void)y;
   batchnorm *b = (batchnorm *)layer;
-  lamp_status st = backward_pass(b, exec, x, dy, dx, 1);
+  lamp_status st = backward_pass(b, exec, x, dy, dx, 1, NULL);
+  if (st == LAMP_OK && b->affine && exec->grads_ready != NULL) exec->grads_ready(exec->grads_ready_ctx, first_param);
+  return st;
+}
+
+/* The pair of forward_relu in one backward: the ReLU's mask rides on the reduce and combine passes,
+   recomputed from x (relu_mask), so neither the ReLU's pass nor its input gradient exists. */
+static lamp_status bn_backward_relu(lamp_layer *layer, const lamp_exec *exec, const lamp_tensor *x,
+                                    const lamp_tensor *y, const lamp_tensor *dy, lamp_tensor *dx, size_t first_param) {
+  batchnorm *b = (batchnorm *)layer;
+  char name[64];
+  if (!b->rectified)
+    return lamp_error(LAMP_ERR_INVALID_USAGE, "%s: backward through a fused ReLU after a forward without it",
+                      name_of(b, name, sizeof name));
+  lamp_relu_mask mask = relu_mask(b, y->dtype);
+  lamp_status st = backward_pass(b, exec, x, dy, dx, 1, &mask);
   if (st == LAMP_OK && b->affine && exec->grads_ready != NULL) exec->grads_ready(exec->grads_ready_ctx, first_param);
   return st;
 }
@@ -392,6 +425,7 @@ static const lamp_layer_ops batchnorm_ops = {
     .buffer_decl = bn_buffer_decl,
     .bind_buffer = bn_bind_buffer,
     .forward_relu = bn_forward_relu,
+    .backward_relu = bn_backward_relu,
 };
 
 lamp_status lamp_batchnorm2d_new(lamp_layer **out, int64_t channels, const lamp_batchnorm_options *options) {
@@ -407,7 +441,7 @@ lamp_status lamp_batchnorm2d_new(lamp_layer **out, int64_t channels, const lamp_
   batchnorm *b = calloc(1, sizeof *b);
   size_t c = (size_t)channels;
   if (b != NULL) {
-    b->mean = calloc(5 * c, sizeof *b->mean); /* mean, invstd, p, q, r */
+    b->mean = calloc(7 * c, sizeof *b->mean); /* mean, invstd, scale, shift, p, q, r */
     b->sum_a = calloc(2 * c, sizeof *b->sum_a);
   }
   if (b == NULL || b->mean == NULL || b->sum_a == NULL) {
@@ -419,9 +453,11 @@ lamp_status lamp_batchnorm2d_new(lamp_layer **out, int64_t channels, const lamp_
     return lamp_error(LAMP_ERR_SYSTEM, "BatchNorm2d: out of memory");
   }
   b->invstd = b->mean + c;
-  b->p = b->mean + 2 * c;
-  b->q = b->mean + 3 * c;
-  b->r = b->mean + 4 * c;
+  b->scale = b->mean + 2 * c;
+  b->shift = b->mean + 3 * c;
+  b->p = b->mean + 4 * c;
+  b->q = b->mean + 5 * c;
+  b->r = b->mean + 6 * c;
   b->sum_ab = b->sum_a + c;
   b->base.ops = &batchnorm_ops;
   b->base.refcount = 1;

@@ -146,6 +146,17 @@ typedef struct lamp_layer_ops {
   ** as y, so only layers whose backward ignores y may offer it.
   */
   lamp_status (*forward_relu)(lamp_layer *layer, const lamp_exec *exec, const lamp_tensor *x, lamp_tensor *y);
+
+  /*
+  ** Optional, with forward_relu: the combined backward (as `backward`) of the pair that
+  ** forward_relu ran, this layer and the ReLU after it. dy is the gradient at the rectified
+  ** output y; the layer applies the ReLU's mask inside its own passes, so the gradient at its
+  ** own output is never formed. The same bits as the ReLU's backward followed by this layer's.
+  ** A Sequential uses it in its combined walk; backward_input and accumulate_grads still walk
+  ** the pair one by one.
+  */
+  lamp_status (*backward_relu)(lamp_layer *layer, const lamp_exec *exec, const lamp_tensor *x, const lamp_tensor *y,
+                               const lamp_tensor *dy, lamp_tensor *dx, size_t first_param);
 } lamp_layer_ops;
 
 struct lamp_layer {

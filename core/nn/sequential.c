@@ -7,7 +7,9 @@
 **
 ** A child that offers forward_relu, followed by a ReLU, runs with it as one forward (fused[i]):
 ** the child's own output is never stored. Backward still walks both: the ReLU reads only its
-** output, which stands in for its input, and the child is handed the rectified output as y.
+** output, which stands in for its input, and the child is handed the rectified output as y;
+** except that the combined walk hands the pair to the child's backward_relu where it has one
+** (no ReLU pass, and no gradient at the child's output).
 */
 #include <stdarg.h>
 #include <stdio.h>
@@ -210,6 +212,11 @@ static lamp_status seq_backward_input(lamp_layer *layer, const lamp_exec *exec, 
   return LAMP_OK;
 }
 
+/* Child i and the ReLU fused after it go back as one call (backward_relu). */
+static int backward_with_relu(const sequential *s, size_t i) {
+  return s->fused[i] && s->children[i]->ops->backward_relu != NULL;
+}
+
 /*
 ** The combined walk, last child first: each child's parameter gradients are accumulated and
 ** announced as soon as its output gradient is known, then its input gradient is computed for
@@ -223,12 +230,15 @@ static lamp_status seq_backward(lamp_layer *layer, const lamp_exec *exec, const 
   const lamp_tensor *dout = dy;
   for (size_t i = s->n; i-- > 0;) {
     lamp_layer *c = s->children[i];
+    if (i > 0 && backward_with_relu(s, i - 1)) continue; /* the ReLU of a pair: the child before it applies it */
     lamp_tensor *din;
     const lamp_tensor *in = input_of(s, i, x, y), *out = output_of(s, i, y);
     st = input_gradient(s, i, in, dx, &din);
     if (st != LAMP_OK) return st;
     size_t child_first = first_param + s->first_param[i];
-    if (c->ops->backward != NULL) {
+    if (backward_with_relu(s, i)) {
+      st = c->ops->backward_relu(c, exec, in, out, dout, din, child_first);
+    } else if (c->ops->backward != NULL) {
       st = c->ops->backward(c, exec, in, out, dout, din, child_first);
     } else {
       st = c->ops->accumulate_grads != NULL ? c->ops->accumulate_grads(c, exec, in, dout) : LAMP_OK;

@@ -11,6 +11,15 @@
 #include <stdint.h>
 
 uint16_t lamp_f32_to_f16(float x);
+
+/*
+** The largest float that rounds to +0 in a 16-bit format: 2^-25 for fp16 (half its smallest
+** subnormal, a tie that goes to the even 0), 2^-134 for bf16. A positive v is stored as a
+** positive value exactly when v exceeds it (a ReLU's mask from an output before rounding).
+*/
+#define LAMP_F16_ZERO_BOUND 0x1p-25f
+#define LAMP_BF16_ZERO_BOUND 0x1p-134f
+
 float lamp_f16_to_f32(uint16_t h);
 uint16_t lamp_f32_to_bf16(float x);
 float lamp_bf16_to_f32(uint16_t h);

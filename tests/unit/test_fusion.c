@@ -4,7 +4,10 @@
 ** step fused and unfused (each fusable layer wrapped alone in a Sequential, which does not offer
 ** forward_relu), under fp32, bf16 and fp16: outputs, loss, gradients and running statistics must
 ** agree bit for bit, through the combined backward and through backward_input followed by
-** accumulate_grads, and the activation ledger must be smaller by exactly the outputs not stored.
+** accumulate_grads, and the activation ledger must be smaller by exactly the outputs not stored
+** (and, in the combined walk, where a BatchNorm applies its ReLU's mask itself, by the gradients
+** at the BatchNorms' own outputs, never formed). The mask a BatchNorm recomputes from its input
+** must also agree where a positive output rounds to 0 in a 16-bit format.
 */
 #include <stdarg.h>
 #include <stddef.h>
@@ -57,6 +60,9 @@ static lamp_layer *block(int64_t in, int64_t c, int wrap) {
 /* The reference ResNet, plus a projecting block; the fused pairs store these outputs fewer per
    image: three of 4x8x8 (stem BatchNorm, block 1's inner BatchNorm, block 1) and two of 8x4x4. */
 #define SAVED_PER_IMAGE (3 * 4 * 8 * 8 + 2 * 8 * 4 * 4)
+/* The combined walk also forms no gradient at the outputs of the BatchNorms fused with a ReLU:
+   two of 4x8x8 (stem, block 1's inner one) and one of 8x4x4 (block 2's inner one). */
+#define GRADS_SAVED_PER_IMAGE (2 * 4 * 8 * 8 + 8 * 4 * 4)
 
 static lamp_layer *net(int wrap) {
   lamp_layer *pool, *gap, *flat;
@@ -141,7 +147,8 @@ static void check_policy(const lamp_model_config *cfg) {
     assert_same_bits(fused.out, plain.out, "outputs");
     assert_same_bits(fused.grads, plain.grads, "gradients");
     assert_same_bits(fused.buffers, plain.buffers, "running statistics");
-    size_t saved = (size_t)BATCH * SAVED_PER_IMAGE * lamp_dtype_size(cfg->activation_dtype);
+    size_t per_image = SAVED_PER_IMAGE + (split ? 0 : GRADS_SAVED_PER_IMAGE);
+    size_t saved = (size_t)BATCH * per_image * lamp_dtype_size(cfg->activation_dtype);
     assert_int_equal(plain.activations - fused.activations, saved);
     run_free(&fused);
     run_free(&plain);
@@ -163,6 +170,74 @@ static void test_fp16_same_bits(void **state) {
   check_policy(&F16);
 }
 
+/*
+** With weight 0, each of a BatchNorm's channels outputs its bias. Biases: half the format's zero
+** bound, the bound itself (both stored as 0: the bound is a tie that goes to the even 0), the next
+** float above (stored as the smallest subnormal), and 1. The fused backward recomputes the mask
+** from x and must pass the gradient exactly where the stored output is > 0, as the unfused ReLU
+** does: the bias gradient is 0, 0, BATCH, BATCH (dy = 1 at the pooled output).
+*/
+static lamp_tensor *edge_step(const lamp_model_config *cfg, float bound, int wrap, size_t *bias_offset) {
+  lamp_layer *b, *gap, *flat;
+  OK(lamp_batchnorm2d_new(&b, 4, NULL));
+  OK(lamp_global_avgpool_new(&gap));
+  OK(lamp_flatten_new(&flat));
+  lamp_layer_retain(b);
+  lamp_layer *root = seq(5, (lamp_layer *[]){conv3(1, 4), alone(b, wrap), relu(), gap, flat});
+  lamp_model *m;
+  OK(lamp_model_new(&m, root));
+  OK(lamp_model_build(m, cfg));
+  lamp_batchnorm_views v;
+  OK(lamp_batchnorm2d_views(b, &v));
+  const float bias[4] = {bound / 2, bound, nextafterf(bound, 1.0f), 1.0f};
+  for (size_t k = 0; k < 4; k++) {
+    ((float *)lamp_tensor_data(v.weight))[k] = 0.0f;
+    ((float *)lamp_tensor_data(v.bias))[k] = bias[k];
+  }
+  for (size_t i = 0; i < lamp_model_n_params(m); i++) {
+    const lamp_model_param *p = lamp_model_param_at(m, i);
+    size_t len = strlen(p->name);
+    if (len >= 4 && strcmp(p->name + len - 4, "bias") == 0) *bias_offset = p->offset;
+  }
+  lamp_tensor *x = new_tensor(LAMP_F32, 4, (int64_t[]){BATCH, 1, 8, 8});
+  lamp_rng g;
+  lamp_rng_seed(&g, 7);
+  fill_uniform(x, &g, -1, 1);
+  const lamp_tensor *y;
+  OK(lamp_model_forward(m, x, 1, &y));
+  lamp_tensor *dy = new_tensor(y->dtype, y->ndim, y->shape);
+  for (size_t i = 0; i < lamp_tensor_numel(dy); i++) store_f32_as(dy->dtype, lamp_tensor_data(dy), i, 1.0f);
+  OK(lamp_model_backward_fresh(m, dy));
+  lamp_tensor *grads = copy_of(lamp_model_grads(m));
+  lamp_tensor_release(dy);
+  lamp_tensor_release(x);
+  lamp_model_free(m);
+  lamp_layer_release(root);
+  lamp_layer_release(b);
+  return grads;
+}
+
+static void check_zero_bound(const lamp_model_config *cfg, float bound) {
+  size_t fused_bias = 0, plain_bias = 0;
+  lamp_tensor *fused = edge_step(cfg, bound, 0, &fused_bias), *plain = edge_step(cfg, bound, 1, &plain_bias);
+  assert_same_bits(fused, plain, "gradients");
+  const float *gb = (const float *)lamp_tensor_data(fused) + fused_bias;
+  const float want[4] = {0.0f, 0.0f, (float)BATCH, (float)BATCH};
+  for (size_t k = 0; k < 4; k++)
+    if (gb[k] != want[k])
+      fail_msg("%s: bias gradient %zu is %g, expected %g", lamp_dtype_name(cfg->activation_dtype), k, (double)gb[k],
+               (double)want[k]);
+  lamp_tensor_release(fused);
+  lamp_tensor_release(plain);
+}
+
+static void test_mask_where_outputs_round_to_zero(void **state) {
+  (void)state;
+  check_zero_bound(&F16, LAMP_F16_ZERO_BOUND);
+  check_zero_bound(&BF16, LAMP_BF16_ZERO_BOUND);
+  check_zero_bound(&FP32, 0.0f);
+}
+
 /* Only a layer that offers forward_relu fuses, and only with a ReLU: a Linear does not. */
 static void test_what_fuses(void **state) {
   (void)state;
@@ -170,6 +245,7 @@ static void test_what_fuses(void **state) {
   assert_true(lamp_layer_is_relu(r));
   assert_false(lamp_layer_is_relu(b));
   assert_non_null(b->ops->forward_relu);
+  assert_non_null(b->ops->backward_relu);
   assert_null(l->ops->forward_relu);
   assert_null(r->ops->forward_relu);
   lamp_layer_release(r);
@@ -182,6 +258,7 @@ int main(void) {
       cmocka_unit_test(test_fp32_same_bits),
       cmocka_unit_test(test_bf16_same_bits),
       cmocka_unit_test(test_fp16_same_bits),
+      cmocka_unit_test(test_mask_where_outputs_round_to_zero),
       cmocka_unit_test(test_what_fuses),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);

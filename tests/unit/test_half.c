@@ -331,6 +331,21 @@ static void bf16_edges(void **state) {
   assert_true(isnan(lamp_bf16_to_f32(0x7f81)));
 }
 
+/* The zero bounds are the largest floats stored as +0; the next float up is the smallest
+   subnormal (a ReLU's mask from outputs before rounding relies on it). */
+static void zero_bounds(void **state) {
+  (void)state;
+  assert_int_equal(lamp_f32_to_f16(LAMP_F16_ZERO_BOUND), 0x0000);
+  assert_int_equal(lamp_f32_to_f16(nextafterf(LAMP_F16_ZERO_BOUND, 1.0f)), 0x0001);
+  assert_int_equal(lamp_f32_to_bf16(LAMP_BF16_ZERO_BOUND), 0x0000);
+  assert_int_equal(lamp_f32_to_bf16(nextafterf(LAMP_BF16_ZERO_BOUND, 1.0f)), 0x0001);
+  uint16_t h[2];
+  const float v[2] = {LAMP_F16_ZERO_BOUND, nextafterf(LAMP_F16_ZERO_BOUND, 1.0f)};
+  lamp_f32_to_f16_n(h, v, 2);
+  assert_int_equal(h[0], 0x0000);
+  assert_int_equal(h[1], 0x0001);
+}
+
 static void bf16_bulk_equals_scalar(void **state) {
   (void)state;
   static uint16_t h[65536 + 7], h_bulk[65536 + 7];
@@ -365,6 +380,7 @@ int main(void) {
       cmocka_unit_test(bf16_midpoints_round_to_even),
       cmocka_unit_test(bf16_edges),
       cmocka_unit_test(bf16_bulk_equals_scalar),
+      cmocka_unit_test(zero_bounds),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -27,24 +27,35 @@ static inline __attribute__((always_inline)) float sum_row(const float *a, float
   return s;
 }
 
+/* a read through a ReLU's mask taken from b (lamp_relu_mask), when `masked` (a constant once
+   inlined); a masked-off element reads as +0, as lamp_relu_backward writes it. */
+static inline __attribute__((always_inline)) float through_mask(float a, float b, float ms, float mq, float mz,
+                                                                int masked) {
+  if (!masked) return a;
+  return b * ms + mq > mz ? a : 0.0f;
+}
+
 /*
 ** sum_row(a, 0) and the centred dot product sum (a - ca)(b - cb) in one pass over the row, each
 ** with its own blocked accumulators, summed exactly as two separate passes would (the same
 ** bits), reading a once.
 */
 static inline __attribute__((always_inline)) void sum_dot_row(const float *a, float ca, const float *b, float cb,
-                                                               size_t n, float *sum, float *dot) {
+                                                               size_t n, float *sum, float *dot, float ms, float mq,
+                                                               float mz, int masked) {
   float acc[BLOCK] = {0}, accd[BLOCK] = {0};
   size_t i = 0;
   for (; i + BLOCK <= n; i += BLOCK)
     for (size_t j = 0; j < BLOCK; j++) {
-      acc[j] += a[i + j] - 0.0f;
-      accd[j] += (a[i + j] - ca) * (b[i + j] - cb);
+      float av = through_mask(a[i + j], b[i + j], ms, mq, mz, masked);
+      acc[j] += av - 0.0f;
+      accd[j] += (av - ca) * (b[i + j] - cb);
     }
   float s = 0.0f, d = 0.0f;
   for (; i < n; i++) {
-    s += a[i] - 0.0f;
-    d += (a[i] - ca) * (b[i] - cb);
+    float av = through_mask(a[i], b[i], ms, mq, mz, masked);
+    s += av - 0.0f;
+    d += (av - ca) * (b[i] - cb);
   }
   for (size_t j = 0; j < BLOCK; j++) {
     s += acc[j];
@@ -58,6 +69,7 @@ typedef struct reduce_job {
   const float *a, *a_center, *b, *b_center;
   size_t n, c, hw;
   double *sum_a, *sum_ab;
+  const lamp_relu_mask *mask; /* a read through it (b is then set), or NULL */
 } reduce_job;
 
 /* Channel k's rows over every image, folded in image order. */
@@ -65,12 +77,15 @@ static inline __attribute__((always_inline)) void reduce_rows(const reduce_job *
                                                              double *sum_ab) {
   double sa = 0.0, sab = 0.0;
   float ca = j->a_center != NULL ? j->a_center[k] : 0.0f, cb = j->b_center != NULL ? j->b_center[k] : 0.0f;
+  const lamp_relu_mask *m = j->mask;
+  float ms = m != NULL ? m->scale[k] : 0.0f, mq = m != NULL ? m->shift[k] : 0.0f, mz = m != NULL ? m->zero_bound : 0.0f;
   for (size_t i = 0; i < j->n; i++) {
-    const float *ra = j->a + (i * j->c + k) * j->hw;
-    if (j->b == NULL) sa += sum_row(ra, 0.0f, j->hw);
-    else {
-      float s, d;
-      sum_dot_row(ra, ca, j->b + (i * j->c + k) * j->hw, cb, j->hw, &s, &d);
+    const float *ra = j->a + (i * j->c + k) * j->hw, *rb = j->b != NULL ? j->b + (i * j->c + k) * j->hw : NULL;
+    float s = 0.0f, d = 0.0f;
+    if (rb == NULL) sa += sum_row(ra, 0.0f, j->hw);
+    else if (m != NULL) sum_dot_row(ra, ca, rb, cb, j->hw, &s, &d, ms, mq, mz, 1);
+    else sum_dot_row(ra, ca, rb, cb, j->hw, &s, &d, 0.0f, 0.0f, 0.0f, 0);
+    if (rb != NULL) {
       sa += s;
       sab += d;
     }
@@ -116,16 +131,30 @@ static lamp_status reduce_channel(void *ctx, size_t worker, size_t k) {
 /* Work below this many elements stays on the calling thread (a thread costs ~20 us). */
 #define PARALLEL_MIN 32768
 
+static lamp_status run_reduce(lamp_device device, reduce_job *j) {
+  if (j->n * j->c * j->hw < PARALLEL_MIN) {
+    for (size_t k = 0; k < j->c; k++) reduce_channel(j, 0, k);
+    return LAMP_OK;
+  }
+  return lamp_parallel_for(device, j->c, reduce_channel, j);
+}
+
 lamp_status lamp_channel_reduce(lamp_device device, const float *a, const float *a_center, const float *b,
                                 const float *b_center, size_t n, size_t c, size_t hw, double *sum_a,
                                 double *sum_ab) {
   if (device != LAMP_CPU) return lamp_cpu_unsupported_device("channel_reduce", device);
-  reduce_job j = {a, a_center, b, b_center, n, c, hw, sum_a, sum_ab};
-  if (n * c * hw < PARALLEL_MIN) {
-    for (size_t k = 0; k < c; k++) reduce_channel(&j, 0, k);
-    return LAMP_OK;
-  }
-  return lamp_parallel_for(device, c, reduce_channel, &j);
+  reduce_job j = {a, a_center, b, b_center, n, c, hw, sum_a, sum_ab, NULL};
+  return run_reduce(device, &j);
+}
+
+lamp_status lamp_channel_reduce_masked(lamp_device device, const float *a, const float *b, const float *b_center,
+                                       const lamp_relu_mask *mask, size_t n, size_t c, size_t hw, double *sum_a,
+                                       double *sum_ab) {
+  if (device != LAMP_CPU) return lamp_cpu_unsupported_device("channel_reduce_masked", device);
+  if (b == NULL || mask == NULL)
+    return lamp_error(LAMP_ERR_INVALID_ARG, "channel_reduce_masked: the mask's input b and the mask are required");
+  reduce_job j = {a, NULL, b, b_center, n, c, hw, sum_a, sum_ab, mask};
+  return run_reduce(device, &j);
 }
 
 typedef struct affine_job {
@@ -135,6 +164,7 @@ typedef struct affine_job {
   float *out;
   size_t n, c, hw, tasks;
   int relu;
+  const lamp_relu_mask *mask; /* combine: a read through it, or NULL */
 } affine_job;
 
 /* ReLU's rule (lamp_relu_forward): v <= 0 gives +0, NaN passes through. */
@@ -200,10 +230,25 @@ lamp_status lamp_channel_affine(lamp_device device, void *y, lamp_dtype y_dtype,
   return lamp_parallel_for(device, j.tasks, affine_task, &j);
 }
 
+/* o = pk * a + qk * b + rk, a read through the mask when `masked` (a constant once inlined). */
+static inline __attribute__((always_inline)) void combine_row(float *o, const float *ra, const float *rb, float pk,
+                                                               float qk, float rk, size_t len, float ms, float mq,
+                                                               float mz, int masked) {
+  size_t e = 0;
+  for (; e + BLOCK <= len; e += BLOCK) { /* through a local block: o may alias a or b */
+    float v[BLOCK];
+    for (size_t k = 0; k < BLOCK; k++)
+      v[k] = pk * through_mask(ra[e + k], rb[e + k], ms, mq, mz, masked) + qk * rb[e + k] + rk;
+    for (size_t k = 0; k < BLOCK; k++) o[e + k] = v[k];
+  }
+  for (; e < len; e++) o[e] = pk * through_mask(ra[e], rb[e], ms, mq, mz, masked) + qk * rb[e] + rk;
+}
+
 /* Rows a chunk at a time through the stage when y is 16-bit (rounded once, as lamp_convert of
    the fp32 result would), in place when y is fp32. */
 static lamp_status combine_task(void *ctx, size_t worker, size_t t) {
   const affine_job *j = ctx;
+  const lamp_relu_mask *m = j->mask;
   (void)worker;
   size_t i0, i1;
   image_range(j->n, j->tasks, t, &i0, &i1);
@@ -216,33 +261,41 @@ static lamp_status combine_task(void *ctx, size_t worker, size_t t) {
         size_t len = lamp_cpu_min(LAMP_CPU_CHUNK, j->hw - p0);
         float *o = lamp_cpu_scratch(stage, j->y, j->y_dtype, row + p0);
         const float *ra = j->a + row + p0, *rb = j->b + row + p0;
-        size_t e = 0;
-        for (; e + BLOCK <= len; e += BLOCK) { /* through a local block: o may alias a or b */
-          float v[BLOCK];
-          for (size_t k = 0; k < BLOCK; k++) v[k] = pk * ra[e + k] + qk * rb[e + k] + rk;
-          for (size_t k = 0; k < BLOCK; k++) o[e + k] = v[k];
-        }
-        for (; e < len; e++) o[e] = pk * ra[e] + qk * rb[e] + rk;
+        if (m != NULL) combine_row(o, ra, rb, pk, qk, rk, len, m->scale[k], m->shift[k], m->zero_bound, 1);
+        else combine_row(o, ra, rb, pk, qk, rk, len, 0.0f, 0.0f, 0.0f, 0);
         lamp_cpu_commit(j->y, j->y_dtype, row + p0, o, len);
       }
     }
   return LAMP_OK;
 }
 
+static lamp_status run_combine(lamp_device device, const char *fn, void *out, lamp_dtype out_dtype, const float *a,
+                               const float *b, const float *p, const float *q, const float *r,
+                               const lamp_relu_mask *mask, size_t n, size_t c, size_t hw) {
+  if (device != LAMP_CPU) return lamp_cpu_unsupported_device(fn, device);
+  lamp_status s = lamp_cpu_check_float(fn, "out", out_dtype);
+  if (s != LAMP_OK) return s;
+  affine_job j = {.y = out, .y_dtype = out_dtype, .a = a, .b = b, .p = p, .q = q, .r = r, .n = n, .c = c, .hw = hw,
+                  .tasks = task_count(n, n * c * hw), .mask = mask};
+  return lamp_parallel_for(device, j.tasks, combine_task, &j);
+}
+
 lamp_status lamp_channel_combine_typed(lamp_device device, void *out, lamp_dtype out_dtype, const float *a,
                                        const float *b, const float *p, const float *q, const float *r, size_t n,
                                        size_t c, size_t hw) {
-  if (device != LAMP_CPU) return lamp_cpu_unsupported_device("channel_combine", device);
-  lamp_status s = lamp_cpu_check_float("channel_combine", "out", out_dtype);
-  if (s != LAMP_OK) return s;
-  affine_job j = {.y = out, .y_dtype = out_dtype, .a = a, .b = b, .p = p, .q = q, .r = r, .n = n, .c = c, .hw = hw,
-                  .tasks = task_count(n, n * c * hw)};
-  return lamp_parallel_for(device, j.tasks, combine_task, &j);
+  return run_combine(device, "channel_combine", out, out_dtype, a, b, p, q, r, NULL, n, c, hw);
 }
 
 lamp_status lamp_channel_combine(lamp_device device, float *out, const float *a, const float *b, const float *p,
                                  const float *q, const float *r, size_t n, size_t c, size_t hw) {
   return lamp_channel_combine_typed(device, out, LAMP_F32, a, b, p, q, r, n, c, hw);
+}
+
+lamp_status lamp_channel_combine_masked(lamp_device device, void *out, lamp_dtype out_dtype, const float *a,
+                                        const float *b, const float *p, const float *q, const float *r,
+                                        const lamp_relu_mask *mask, size_t n, size_t c, size_t hw) {
+  if (mask == NULL) return lamp_error(LAMP_ERR_INVALID_ARG, "channel_combine_masked: the mask is required");
+  return run_combine(device, "channel_combine_masked", out, out_dtype, a, b, p, q, r, mask, n, c, hw);
 }
 
 /* ---- y = a + b ---------------------------------------------------------------------------- */
