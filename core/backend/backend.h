@@ -170,27 +170,31 @@ lamp_status lamp_avgpool_backward(lamp_device device, float *dx, const float *dy
                                   const lamp_conv_geom *g);
 
 /*
-** Per-channel sums over [n, c, hw]: sum_a[k] = sum of a over channel k; when b is not NULL,
-** sum_ab[k] = sum of (a - a_center[k]) (b - b_center[k]) (a NULL center counts as 0). Each
-** image row is summed in fp32, rows are added in double.
+** The per-channel kernels read their inputs in any float dtype (a 16-bit input is widened
+** exactly, a chunk at a time, never as a whole fp32 copy) and compute in fp32.
+**
+** Per-channel sums over [n, c, hw]: sum_a[k] = sum of (a - a_center[k]) over channel k without b;
+** when b is not NULL, sum_a[k] = sum of a and sum_ab[k] = sum of (a - a_center[k]) (b - b_center[k])
+** (a NULL center counts as 0). Each image row is summed in fp32, rows are added in double.
 */
-lamp_status lamp_channel_reduce(lamp_device device, const float *a, const float *a_center, const float *b,
-                                const float *b_center, size_t n, size_t c, size_t hw, double *sum_a,
-                                double *sum_ab);
+lamp_status lamp_channel_reduce(lamp_device device, const void *a, lamp_dtype a_dtype, const float *a_center,
+                                const void *b, lamp_dtype b_dtype, const float *b_center, size_t n, size_t c,
+                                size_t hw, double *sum_a, double *sum_ab);
 
 /* y[i, k, :] = x[i, k, :] * scale[k] + shift[k], rounded to y_dtype. With `relu`, a ReLU is applied
    on the way (v <= 0 gives +0, NaN stays NaN: lamp_relu_forward's rule), the same bits as the two
    passes one after the other. */
-lamp_status lamp_channel_affine(lamp_device device, void *y, lamp_dtype y_dtype, const float *x,
+lamp_status lamp_channel_affine(lamp_device device, void *y, lamp_dtype y_dtype, const void *x, lamp_dtype x_dtype,
                                 const float *scale, const float *shift, size_t n, size_t c, size_t hw, int relu);
 
 /* out[i, k, :] = p[k] * a[i, k, :] + q[k] * b[i, k, :] + r[k] (BatchNorm's input gradient). */
 lamp_status lamp_channel_combine(lamp_device device, float *out, const float *a, const float *b, const float *p,
                                  const float *q, const float *r, size_t n, size_t c, size_t hw);
-/* The same, out rounded to out_dtype as it is written (out must not overlap a or b unless fp32). */
-lamp_status lamp_channel_combine_typed(lamp_device device, void *out, lamp_dtype out_dtype, const float *a,
-                                       const float *b, const float *p, const float *q, const float *r, size_t n,
-                                       size_t c, size_t hw);
+/* The same with typed inputs, out rounded to out_dtype as it is written (out must not overlap a
+   or b unless all three are fp32). */
+lamp_status lamp_channel_combine_typed(lamp_device device, void *out, lamp_dtype out_dtype, const void *a,
+                                       lamp_dtype a_dtype, const void *b, lamp_dtype b_dtype, const float *p,
+                                       const float *q, const float *r, size_t n, size_t c, size_t hw);
 
 /*
 ** The gradient mask of a ReLU that followed lamp_channel_affine(..., x, scale, shift, ..., relu 1),
@@ -211,12 +215,13 @@ typedef struct lamp_relu_mask {
 ** from b: BatchNorm's backward with the ReLU after it in the same passes. The same bits as
 ** lamp_relu_backward into a, then the unmasked kernel.
 */
-lamp_status lamp_channel_reduce_masked(lamp_device device, const float *a, const float *b, const float *b_center,
-                                       const lamp_relu_mask *mask, size_t n, size_t c, size_t hw, double *sum_a,
-                                       double *sum_ab);
-lamp_status lamp_channel_combine_masked(lamp_device device, void *out, lamp_dtype out_dtype, const float *a,
-                                        const float *b, const float *p, const float *q, const float *r,
-                                        const lamp_relu_mask *mask, size_t n, size_t c, size_t hw);
+lamp_status lamp_channel_reduce_masked(lamp_device device, const void *a, lamp_dtype a_dtype, const void *b,
+                                       lamp_dtype b_dtype, const float *b_center, const lamp_relu_mask *mask,
+                                       size_t n, size_t c, size_t hw, double *sum_a, double *sum_ab);
+lamp_status lamp_channel_combine_masked(lamp_device device, void *out, lamp_dtype out_dtype, const void *a,
+                                        lamp_dtype a_dtype, const void *b, lamp_dtype b_dtype, const float *p,
+                                        const float *q, const float *r, const lamp_relu_mask *mask, size_t n,
+                                        size_t c, size_t hw);
 
 /* lamp_convert split across the backend's threads (large arrays; dst and src apart or equal);
    the same values bit for bit. Not for use inside a lamp_parallel_for task. */

@@ -8,8 +8,9 @@
 ** Precision (DESIGN.md, Numerics): statistics, normalisation and gradients run in fp32 under
 ** every policy. weight and bias are declared keep_f32, so the model binds them to fp32 storage
 ** even when the other weights are 16-bit; the running statistics live in the model's fp32
-** buffer slab. A 16-bit input is widened (exactly) into a workspace kept for backward; the
-** output is rounded once to the activation dtype.
+** buffer slab. 16-bit inputs and output gradients are read as they are (the kernels widen them
+** exactly, a chunk at a time; no fp32 copy is kept); the output and the input gradient are
+** rounded once to their dtype.
 */
 #include <math.h>
 #include <stdio.h>
@@ -20,6 +21,7 @@
 #include "base/error.h"
 #include "nn/layer.h"
 #include "nn/layer_util.h"
+#include "tensor/dtype.h"
 #include "tensor/half.h"
 
 enum { BN_WEIGHT, BN_BIAS };
@@ -32,8 +34,6 @@ typedef struct batchnorm {
   int affine;
   lamp_tensor *weight, *bias, *gweight, *gbias;
   lamp_tensor *buffers[BN_BUFFERS];
-  lamp_tensor *x32, *dy32, *dx32; /* fp32 copies for 16-bit inputs, reused across steps */
-  const void *x32_src;            /* the input x32 was made from in this step's forward */
   int trained;                    /* the last forward used batch statistics */
   int rectified;                  /* the last forward was forward_relu */
   /* per channel, [c] each: of the last forward (mean, invstd, and its y = x * scale + shift),
@@ -185,28 +185,13 @@ static lamp_status bn_bind_buffer(lamp_layer *layer, size_t i, lamp_tensor *buff
   return LAMP_OK;
 }
 
-/* ---- fp32 views of 16-bit activations -------------------------------------------------- */
-
-/* t's values in fp32: t itself, or *copy widened from it (exact). */
-static lamp_status as_f32(const lamp_exec *exec, const lamp_tensor *t, lamp_tensor **copy, const float **out) {
-  if (t->dtype == LAMP_F32) {
-    *out = lamp_tensor_data(t);
-    return LAMP_OK;
-  }
-  lamp_status st = lamp_tensor_ensure(copy, LAMP_F32, exec->device, t->ndim, t->shape, LAMP_MEM_WORKSPACE);
-  if (st == LAMP_OK) st = lamp_convert_parallel(exec->device, lamp_tensor_data(*copy), LAMP_F32, lamp_tensor_data(t), t->dtype,
-                                       lamp_tensor_numel(t));
-  *out = lamp_tensor_data(*copy);
-  return st;
-}
-
 /* ---- forward ------------------------------------------------------------------------------- */
 
 static float weight_at(const batchnorm *b, size_t k) { return b->affine ? f32(b->weight)[k] : 1.0f; }
 static float bias_at(const batchnorm *b, size_t k) { return b->affine ? f32(b->bias)[k] : 0.0f; }
 
 /* Batch statistics into b->mean / b->invstd, and the running statistics' update. */
-static lamp_status batch_statistics(batchnorm *b, const lamp_exec *exec, const float *x, size_t n, size_t hw) {
+static lamp_status batch_statistics(batchnorm *b, const lamp_exec *exec, const lamp_tensor *x, size_t n, size_t hw) {
   size_t c = (size_t)b->c, m = n * hw;
   char name[64];
   if (m < 2)
@@ -217,8 +202,13 @@ static lamp_status batch_statistics(batchnorm *b, const lamp_exec *exec, const f
   ** var = E[(x - s)^2] - (mean - s)^2 has no catastrophic cancellation because s lies within
   ** the data (mean - s is of the order of the standard deviation), unlike E[x^2] - mean^2.
   */
-  for (size_t k = 0; k < c; k++) b->p[k] = x[k * hw];
-  lamp_status st = lamp_channel_reduce(exec->device, x, b->p, x, b->p, n, c, hw, b->sum_a, b->sum_ab);
+  const char *xd = lamp_tensor_data(x);
+  size_t size = lamp_dtype_size(x->dtype);
+  lamp_status st = LAMP_OK;
+  for (size_t k = 0; k < c && st == LAMP_OK; k++)
+    st = lamp_convert(exec->device, &b->p[k], LAMP_F32, xd + k * hw * size, x->dtype, 1);
+  if (st == LAMP_OK)
+    st = lamp_channel_reduce(exec->device, xd, x->dtype, b->p, xd, x->dtype, b->p, n, c, hw, b->sum_a, b->sum_ab);
   if (st != LAMP_OK) return st;
   float *rm = f32(b->buffers[BUF_MEAN]), *rv = f32(b->buffers[BUF_VAR]);
   double mom = b->momentum;
@@ -250,12 +240,8 @@ static lamp_status forward_pass(batchnorm *b, const lamp_exec *exec, const lamp_
   if (st == LAMP_OK) st = check_input(b, x, &n, &hw);
   if (st == LAMP_OK) st = check_tensor(b, y, "output", x);
   if (st != LAMP_OK) return st;
-  const float *xd;
-  st = as_f32(exec, x, &b->x32, &xd);
-  if (st != LAMP_OK) return st;
-  b->x32_src = lamp_tensor_data(x);
   b->trained = exec->training;
-  if (exec->training) st = batch_statistics(b, exec, xd, n, hw);
+  if (exec->training) st = batch_statistics(b, exec, x, n, hw);
   else running_statistics(b);
   if (st != LAMP_OK) return st;
   for (size_t k = 0; k < c; k++) { /* the normalisation and the affine map in one pass */
@@ -263,7 +249,8 @@ static lamp_status forward_pass(batchnorm *b, const lamp_exec *exec, const lamp_
     b->shift[k] = bias_at(b, k) - b->mean[k] * b->scale[k];
   }
   b->rectified = relu;
-  return lamp_channel_affine(exec->device, lamp_tensor_data(y), y->dtype, xd, b->scale, b->shift, n, c, hw, relu);
+  return lamp_channel_affine(exec->device, lamp_tensor_data(y), y->dtype, lamp_tensor_data(x), x->dtype, b->scale,
+                             b->shift, n, c, hw, relu);
 }
 
 static lamp_status bn_forward(lamp_layer *layer, const lamp_exec *exec, const lamp_tensor *x, lamp_tensor *y) {
@@ -308,21 +295,18 @@ static lamp_relu_mask relu_mask(const batchnorm *b, lamp_dtype y_dtype) {
 static lamp_status backward_pass(batchnorm *b, const lamp_exec *exec, const lamp_tensor *x, const lamp_tensor *dy,
                                  lamp_tensor *dx, int grads, const lamp_relu_mask *mask) {
   size_t n, hw, c = (size_t)b->c;
-  char name[64];
   lamp_status st = check_bound(b);
   if (st == LAMP_OK) st = check_input(b, x, &n, &hw);
   if (st == LAMP_OK) st = check_tensor(b, dy, "output gradient", x);
   if (st == LAMP_OK && dx != NULL) st = check_tensor(b, dx, "input gradient", x);
   if (st != LAMP_OK) return st;
-  if (x->dtype != LAMP_F32 && b->x32_src != lamp_tensor_data(x))
-    return lamp_error(LAMP_ERR_INVALID_USAGE, "%s: backward for an input that the last forward did not see",
-                      name_of(b, name, sizeof name));
-  const float *xd = x->dtype == LAMP_F32 ? lamp_tensor_data(x) : lamp_tensor_data(b->x32), *dyd;
-  st = as_f32(exec, dy, &b->dy32, &dyd);
-  if (st == LAMP_OK && mask != NULL)
-    st = lamp_channel_reduce_masked(exec->device, dyd, xd, b->mean, mask, n, c, hw, b->sum_a, b->sum_ab);
-  else if (st == LAMP_OK)
-    st = lamp_channel_reduce(exec->device, dyd, NULL, xd, b->mean, n, c, hw, b->sum_a, b->sum_ab);
+  const void *xd = lamp_tensor_data(x), *dyd = lamp_tensor_data(dy);
+  if (mask != NULL)
+    st = lamp_channel_reduce_masked(exec->device, dyd, dy->dtype, xd, x->dtype, b->mean, mask, n, c, hw, b->sum_a,
+                                    b->sum_ab);
+  else
+    st = lamp_channel_reduce(exec->device, dyd, dy->dtype, NULL, xd, x->dtype, b->mean, n, c, hw, b->sum_a,
+                             b->sum_ab);
   if (st != LAMP_OK) return st;
   double m = (double)(n * hw);
   if (grads && b->affine) {
@@ -342,12 +326,12 @@ static lamp_status backward_pass(batchnorm *b, const lamp_exec *exec, const lamp
     b->q[k] = (float)q;
     b->r[k] = b->trained ? (float)(-a * b->sum_a[k] / m - q * b->mean[k]) : 0.0f;
   }
-  /* a 16-bit dx is rounded as it is written (dyd and xd are fp32 copies then, apart from it) */
+  /* a 16-bit dx is rounded as it is written (the walk hands it a buffer of its own) */
   if (mask != NULL)
-    return lamp_channel_combine_masked(exec->device, lamp_tensor_data(dx), dx->dtype, dyd, xd, b->p, b->q, b->r, mask,
-                                       n, c, hw);
-  return lamp_channel_combine_typed(exec->device, lamp_tensor_data(dx), dx->dtype, dyd, xd, b->p, b->q, b->r, n, c,
-                                    hw);
+    return lamp_channel_combine_masked(exec->device, lamp_tensor_data(dx), dx->dtype, dyd, dy->dtype, xd, x->dtype,
+                                       b->p, b->q, b->r, mask, n, c, hw);
+  return lamp_channel_combine_typed(exec->device, lamp_tensor_data(dx), dx->dtype, dyd, dy->dtype, xd, x->dtype, b->p,
+                                    b->q, b->r, n, c, hw);
 }
 
 static lamp_status bn_backward_input(lamp_layer *layer, const lamp_exec *exec, const lamp_tensor *x,
@@ -401,7 +385,7 @@ static void bn_describe(const lamp_layer *layer, char *buf, size_t size) {
 
 static void bn_destroy(lamp_layer *layer) {
   batchnorm *b = (batchnorm *)layer;
-  lamp_tensor *ts[] = {b->weight, b->bias, b->gweight, b->gbias, b->x32, b->dy32, b->dx32};
+  lamp_tensor *ts[] = {b->weight, b->bias, b->gweight, b->gbias};
   for (size_t i = 0; i < sizeof ts / sizeof ts[0]; i++) lamp_tensor_release(ts[i]);
   for (int i = 0; i < BN_BUFFERS; i++) lamp_tensor_release(b->buffers[i]);
   free(b->mean);

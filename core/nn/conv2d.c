@@ -438,8 +438,8 @@ static lamp_status dy_operand(const conv_job *j, conv_worker *w, size_t s, const
     double sums[64];
     for (size_t c0 = 0; st == LAMP_OK && c0 < out_ch; c0 += 64) {
       size_t len = out_ch - c0 < 64 ? out_ch - c0 : 64;
-      st = lamp_channel_reduce(exec->device, *out + c0 * d->plane_out, NULL, NULL, NULL, 1, len, d->plane_out, sums,
-                               NULL);
+      st = lamp_channel_reduce(exec->device, *out + c0 * d->plane_out, LAMP_F32, NULL, NULL, LAMP_F32, NULL, 1, len,
+                               d->plane_out, sums, NULL);
       for (size_t k = 0; k < len; k++) w->bias_sums[c0 + k] += sums[k];
     }
   }

@@ -110,6 +110,26 @@ static void sum_squares_leaves_clean_state(void **state) {
   }
 }
 
+/* BatchNorm's per-channel sums (an AVX2 build that calls out to the 16-bit widening) on one
+   small image, rows with and without tails, f32 and f16 inputs; the calling thread runs them. */
+static void channel_reduce_leaves_clean_state(void **state) {
+  (void)state;
+  REQUIRE_STATE();
+  fill_inputs();
+  const size_t lengths[] = LENGTHS;
+  const lamp_dtype dtypes[] = {LAMP_F32, LAMP_F16};
+  for (size_t k = 0; k < sizeof lengths / sizeof *lengths; k++)
+    for (size_t d = 0; d < 2; d++) {
+      size_t hw = lengths[k];
+      const void *x = dtypes[d] == LAMP_F32 ? (const void *)f32_in : (const void *)u16;
+      double sum, dot;
+      clean_state();
+      assert_int_equal(lamp_channel_reduce(LAMP_CPU, x, dtypes[d], NULL, x, dtypes[d], NULL, 1, 1, hw, &sum, &dot),
+                       LAMP_OK);
+      check_clean("lamp_channel_reduce", hw);
+    }
+}
+
 /* Four 6x6 planes: the calling thread (worker 0) pools some of them itself. */
 static void maxpool_leaves_clean_state(void **state) {
   (void)state;
@@ -157,6 +177,7 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(conversions_leave_clean_state),
       cmocka_unit_test(sum_squares_leaves_clean_state),
+      cmocka_unit_test(channel_reduce_leaves_clean_state),
       cmocka_unit_test(maxpool_leaves_clean_state),
       cmocka_unit_test(direct_conv_leaves_clean_state),
   };

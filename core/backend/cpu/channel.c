@@ -16,17 +16,6 @@
 
 #define BLOCK LAMP_CPU_BLOCK
 
-static inline __attribute__((always_inline)) float sum_row(const float *a, float ca, size_t n) {
-  float acc[BLOCK] = {0};
-  size_t i = 0;
-  for (; i + BLOCK <= n; i += BLOCK)
-    for (size_t j = 0; j < BLOCK; j++) acc[j] += a[i + j] - ca;
-  float s = 0.0f;
-  for (; i < n; i++) s += a[i] - ca;
-  for (size_t j = 0; j < BLOCK; j++) s += acc[j];
-  return s;
-}
-
 /* a read through a ReLU's mask taken from b (lamp_relu_mask), when `masked` (a constant once
    inlined); a masked-off element reads as +0, as lamp_relu_backward writes it. */
 static inline __attribute__((always_inline)) float through_mask(float a, float b, float ms, float mq, float mz,
@@ -35,42 +24,59 @@ static inline __attribute__((always_inline)) float through_mask(float a, float b
   return b * ms + mq > mz ? a : 0.0f;
 }
 
-/*
-** sum_row(a, 0) and the centred dot product sum (a - ca)(b - cb) in one pass over the row, each
-** with its own blocked accumulators, summed exactly as two separate passes would (the same
-** bits), reading a once.
-*/
-static inline __attribute__((always_inline)) void sum_dot_row(const float *a, float ca, const float *b, float cb,
-                                                               size_t n, float *sum, float *dot, float ms, float mq,
-                                                               float mz, int masked) {
-  float acc[BLOCK] = {0}, accd[BLOCK] = {0};
-  size_t i = 0;
-  for (; i + BLOCK <= n; i += BLOCK)
-    for (size_t j = 0; j < BLOCK; j++) {
-      float av = through_mask(a[i + j], b[i + j], ms, mq, mz, masked);
-      acc[j] += av - 0.0f;
-      accd[j] += (av - ca) * (b[i + j] - cb);
-    }
-  float s = 0.0f, d = 0.0f;
-  for (; i < n; i++) {
-    float av = through_mask(a[i], b[i], ms, mq, mz, masked);
-    s += av - 0.0f;
-    d += (av - ca) * (b[i] - cb);
-  }
-  for (size_t j = 0; j < BLOCK; j++) {
-    s += acc[j];
-    d += accd[j];
-  }
-  *sum = s;
-  *dot = d;
-}
-
 typedef struct reduce_job {
-  const float *a, *a_center, *b, *b_center;
+  const void *a, *b; /* b may be NULL */
+  lamp_dtype a_dtype, b_dtype;
+  const float *a_center, *b_center;
   size_t n, c, hw;
   double *sum_a, *sum_ab;
   const lamp_relu_mask *mask; /* a read through it (b is then set), or NULL */
 } reduce_job;
+
+/*
+** One image row, elements [first, first + hw): without b, sum = the sum of (a - ca); with b,
+** sum = the sum of a and dot = the sum of (a - ca)(b - cb), a read through the mask when
+** `masked`, each with its own accumulators (the bits of two separate passes), reading a once.
+** Lane l of fixed blocks takes elements l, l + BLOCK, ... of the row's whole blocks, the last
+** hw % BLOCK elements are summed on their own, then the lanes are added to them in order.
+** 16-bit rows are widened a chunk at a time; LAMP_CPU_CHUNK is a multiple of BLOCK, so the
+** blocks and the tail, and the bits, are those of one pass over the whole row.
+*/
+static inline __attribute__((always_inline)) void sum_row(const reduce_job *j, size_t first, float ca, float cb,
+                                                           float ms, float mq, float mz, int masked, float *sum,
+                                                           float *dot) {
+  float stage_a[LAMP_CPU_CHUNK], stage_b[LAMP_CPU_CHUNK];
+  float acc[BLOCK] = {0}, accd[BLOCK] = {0}, s = 0.0f, d = 0.0f;
+  int same = j->b == j->a && j->b_dtype == j->a_dtype;
+  for (size_t c0 = 0; c0 < j->hw; c0 += LAMP_CPU_CHUNK) {
+    size_t n = lamp_cpu_min(LAMP_CPU_CHUNK, j->hw - c0), i = 0;
+    const float *a = lamp_cpu_read(stage_a, j->a, j->a_dtype, first + c0, n);
+    if (j->b == NULL) {
+      for (; i + BLOCK <= n; i += BLOCK)
+        for (size_t l = 0; l < BLOCK; l++) acc[l] += a[i + l] - ca;
+      for (; i < n; i++) s += a[i] - ca;
+      continue;
+    }
+    const float *b = same ? a : lamp_cpu_read(stage_b, j->b, j->b_dtype, first + c0, n);
+    for (; i + BLOCK <= n; i += BLOCK)
+      for (size_t l = 0; l < BLOCK; l++) {
+        float av = through_mask(a[i + l], b[i + l], ms, mq, mz, masked);
+        acc[l] += av - 0.0f;
+        accd[l] += (av - ca) * (b[i + l] - cb);
+      }
+    for (; i < n; i++) {
+      float av = through_mask(a[i], b[i], ms, mq, mz, masked);
+      s += av - 0.0f;
+      d += (av - ca) * (b[i] - cb);
+    }
+  }
+  for (size_t l = 0; l < BLOCK; l++) {
+    s += acc[l];
+    d += accd[l];
+  }
+  *sum = s;
+  *dot = d;
+}
 
 /* Channel k's rows over every image, folded in image order. */
 static inline __attribute__((always_inline)) void reduce_rows(const reduce_job *j, size_t k, double *sum_a,
@@ -78,17 +84,14 @@ static inline __attribute__((always_inline)) void reduce_rows(const reduce_job *
   double sa = 0.0, sab = 0.0;
   float ca = j->a_center != NULL ? j->a_center[k] : 0.0f, cb = j->b_center != NULL ? j->b_center[k] : 0.0f;
   const lamp_relu_mask *m = j->mask;
-  float ms = m != NULL ? m->scale[k] : 0.0f, mq = m != NULL ? m->shift[k] : 0.0f, mz = m != NULL ? m->zero_bound : 0.0f;
   for (size_t i = 0; i < j->n; i++) {
-    const float *ra = j->a + (i * j->c + k) * j->hw, *rb = j->b != NULL ? j->b + (i * j->c + k) * j->hw : NULL;
-    float s = 0.0f, d = 0.0f;
-    if (rb == NULL) sa += sum_row(ra, 0.0f, j->hw);
-    else if (m != NULL) sum_dot_row(ra, ca, rb, cb, j->hw, &s, &d, ms, mq, mz, 1);
-    else sum_dot_row(ra, ca, rb, cb, j->hw, &s, &d, 0.0f, 0.0f, 0.0f, 0);
-    if (rb != NULL) {
-      sa += s;
-      sab += d;
-    }
+    size_t first = (i * j->c + k) * j->hw;
+    float s, d;
+    if (j->b == NULL) sum_row(j, first, ca, 0.0f, 0.0f, 0.0f, 0.0f, 0, &s, &d);
+    else if (m != NULL) sum_row(j, first, ca, cb, m->scale[k], m->shift[k], m->zero_bound, 1, &s, &d);
+    else sum_row(j, first, ca, cb, 0.0f, 0.0f, 0.0f, 0, &s, &d);
+    sa += s;
+    sab += d;
   }
   *sum_a = sa;
   *sum_ab = sab;
@@ -139,29 +142,39 @@ static lamp_status run_reduce(lamp_device device, reduce_job *j) {
   return lamp_parallel_for(device, j->c, reduce_channel, j);
 }
 
-lamp_status lamp_channel_reduce(lamp_device device, const float *a, const float *a_center, const float *b,
-                                const float *b_center, size_t n, size_t c, size_t hw, double *sum_a,
-                                double *sum_ab) {
+static lamp_status check_inputs(const char *fn, lamp_dtype a_dtype, const void *b, lamp_dtype b_dtype) {
+  lamp_status s = lamp_cpu_check_float(fn, "a", a_dtype);
+  if (s == LAMP_OK && b != NULL) s = lamp_cpu_check_float(fn, "b", b_dtype);
+  return s;
+}
+
+lamp_status lamp_channel_reduce(lamp_device device, const void *a, lamp_dtype a_dtype, const float *a_center,
+                                const void *b, lamp_dtype b_dtype, const float *b_center, size_t n, size_t c,
+                                size_t hw, double *sum_a, double *sum_ab) {
   if (device != LAMP_CPU) return lamp_cpu_unsupported_device("channel_reduce", device);
-  reduce_job j = {a, a_center, b, b_center, n, c, hw, sum_a, sum_ab, NULL};
+  lamp_status s = check_inputs("channel_reduce", a_dtype, b, b_dtype);
+  if (s != LAMP_OK) return s;
+  reduce_job j = {a, b, a_dtype, b_dtype, a_center, b_center, n, c, hw, sum_a, sum_ab, NULL};
   return run_reduce(device, &j);
 }
 
-lamp_status lamp_channel_reduce_masked(lamp_device device, const float *a, const float *b, const float *b_center,
-                                       const lamp_relu_mask *mask, size_t n, size_t c, size_t hw, double *sum_a,
-                                       double *sum_ab) {
+lamp_status lamp_channel_reduce_masked(lamp_device device, const void *a, lamp_dtype a_dtype, const void *b,
+                                       lamp_dtype b_dtype, const float *b_center, const lamp_relu_mask *mask,
+                                       size_t n, size_t c, size_t hw, double *sum_a, double *sum_ab) {
   if (device != LAMP_CPU) return lamp_cpu_unsupported_device("channel_reduce_masked", device);
   if (b == NULL || mask == NULL)
     return lamp_error(LAMP_ERR_INVALID_ARG, "channel_reduce_masked: the mask's input b and the mask are required");
-  reduce_job j = {a, NULL, b, b_center, n, c, hw, sum_a, sum_ab, mask};
+  lamp_status s = check_inputs("channel_reduce_masked", a_dtype, b, b_dtype);
+  if (s != LAMP_OK) return s;
+  reduce_job j = {a, b, a_dtype, b_dtype, NULL, b_center, n, c, hw, sum_a, sum_ab, mask};
   return run_reduce(device, &j);
 }
 
 typedef struct affine_job {
   void *y;
-  lamp_dtype y_dtype;
-  const float *x, *scale, *shift, *a, *b, *p, *q, *r;
-  float *out;
+  const void *x, *a, *b;
+  lamp_dtype y_dtype, x_dtype, a_dtype, b_dtype;
+  const float *scale, *shift, *p, *q, *r;
   size_t n, c, hw, tasks;
   int relu;
   const lamp_relu_mask *mask; /* combine: a read through it, or NULL */
@@ -204,29 +217,31 @@ static lamp_status affine_task(void *ctx, size_t worker, size_t t) {
   (void)worker;
   size_t i0, i1;
   image_range(j->n, j->tasks, t, &i0, &i1);
-  float stage[LAMP_CPU_CHUNK];
+  float stage[LAMP_CPU_CHUNK], stage_x[LAMP_CPU_CHUNK];
   for (size_t i = i0; i < i1; i++)
     for (size_t k = 0; k < j->c; k++) {
       size_t row = (i * j->c + k) * j->hw;
       float sc = j->scale[k], sh = j->shift[k];
       for (size_t p = 0; p < j->hw; p += LAMP_CPU_CHUNK) {
         size_t len = lamp_cpu_min(LAMP_CPU_CHUNK, j->hw - p);
+        const float *in = lamp_cpu_read(stage_x, j->x, j->x_dtype, row + p, len);
         float *out = lamp_cpu_scratch(stage, j->y, j->y_dtype, row + p);
-        if (j->relu) affine_row(out, j->x + row + p, sc, sh, len, 1);
-        else affine_row(out, j->x + row + p, sc, sh, len, 0);
+        if (j->relu) affine_row(out, in, sc, sh, len, 1);
+        else affine_row(out, in, sc, sh, len, 0);
         lamp_cpu_commit(j->y, j->y_dtype, row + p, out, len);
       }
     }
   return LAMP_OK;
 }
 
-lamp_status lamp_channel_affine(lamp_device device, void *y, lamp_dtype y_dtype, const float *x,
+lamp_status lamp_channel_affine(lamp_device device, void *y, lamp_dtype y_dtype, const void *x, lamp_dtype x_dtype,
                                 const float *scale, const float *shift, size_t n, size_t c, size_t hw, int relu) {
   if (device != LAMP_CPU) return lamp_cpu_unsupported_device("channel_affine", device);
   lamp_status s = lamp_cpu_check_float("channel_affine", "y", y_dtype);
+  if (s == LAMP_OK) s = lamp_cpu_check_float("channel_affine", "x", x_dtype);
   if (s != LAMP_OK) return s;
-  affine_job j = {.y = y, .y_dtype = y_dtype, .x = x, .scale = scale, .shift = shift, .n = n, .c = c, .hw = hw,
-                  .tasks = task_count(n, n * c * hw), .relu = relu != 0};
+  affine_job j = {.y = y, .y_dtype = y_dtype, .x = x, .x_dtype = x_dtype, .scale = scale, .shift = shift, .n = n,
+                  .c = c, .hw = hw, .tasks = task_count(n, n * c * hw), .relu = relu != 0};
   return lamp_parallel_for(device, j.tasks, affine_task, &j);
 }
 
@@ -252,15 +267,16 @@ static lamp_status combine_task(void *ctx, size_t worker, size_t t) {
   (void)worker;
   size_t i0, i1;
   image_range(j->n, j->tasks, t, &i0, &i1);
-  float stage[LAMP_CPU_CHUNK];
+  float stage[LAMP_CPU_CHUNK], stage_a[LAMP_CPU_CHUNK], stage_b[LAMP_CPU_CHUNK];
   for (size_t i = i0; i < i1; i++)
     for (size_t k = 0; k < j->c; k++) {
       size_t row = (i * j->c + k) * j->hw;
       float pk = j->p[k], qk = j->q[k], rk = j->r[k];
       for (size_t p0 = 0; p0 < j->hw; p0 += LAMP_CPU_CHUNK) {
         size_t len = lamp_cpu_min(LAMP_CPU_CHUNK, j->hw - p0);
+        const float *ra = lamp_cpu_read(stage_a, j->a, j->a_dtype, row + p0, len);
+        const float *rb = lamp_cpu_read(stage_b, j->b, j->b_dtype, row + p0, len);
         float *o = lamp_cpu_scratch(stage, j->y, j->y_dtype, row + p0);
-        const float *ra = j->a + row + p0, *rb = j->b + row + p0;
         if (m != NULL) combine_row(o, ra, rb, pk, qk, rk, len, m->scale[k], m->shift[k], m->zero_bound, 1);
         else combine_row(o, ra, rb, pk, qk, rk, len, 0.0f, 0.0f, 0.0f, 0);
         lamp_cpu_commit(j->y, j->y_dtype, row + p0, o, len);
@@ -269,33 +285,36 @@ static lamp_status combine_task(void *ctx, size_t worker, size_t t) {
   return LAMP_OK;
 }
 
-static lamp_status run_combine(lamp_device device, const char *fn, void *out, lamp_dtype out_dtype, const float *a,
-                               const float *b, const float *p, const float *q, const float *r,
-                               const lamp_relu_mask *mask, size_t n, size_t c, size_t hw) {
+static lamp_status run_combine(lamp_device device, const char *fn, void *out, lamp_dtype out_dtype, const void *a,
+                               lamp_dtype a_dtype, const void *b, lamp_dtype b_dtype, const float *p, const float *q,
+                               const float *r, const lamp_relu_mask *mask, size_t n, size_t c, size_t hw) {
   if (device != LAMP_CPU) return lamp_cpu_unsupported_device(fn, device);
   lamp_status s = lamp_cpu_check_float(fn, "out", out_dtype);
+  if (s == LAMP_OK) s = check_inputs(fn, a_dtype, b, b_dtype);
   if (s != LAMP_OK) return s;
-  affine_job j = {.y = out, .y_dtype = out_dtype, .a = a, .b = b, .p = p, .q = q, .r = r, .n = n, .c = c, .hw = hw,
-                  .tasks = task_count(n, n * c * hw), .mask = mask};
+  affine_job j = {.y = out, .y_dtype = out_dtype, .a = a, .a_dtype = a_dtype, .b = b, .b_dtype = b_dtype, .p = p,
+                  .q = q, .r = r, .n = n, .c = c, .hw = hw, .tasks = task_count(n, n * c * hw), .mask = mask};
   return lamp_parallel_for(device, j.tasks, combine_task, &j);
 }
 
-lamp_status lamp_channel_combine_typed(lamp_device device, void *out, lamp_dtype out_dtype, const float *a,
-                                       const float *b, const float *p, const float *q, const float *r, size_t n,
-                                       size_t c, size_t hw) {
-  return run_combine(device, "channel_combine", out, out_dtype, a, b, p, q, r, NULL, n, c, hw);
+lamp_status lamp_channel_combine_typed(lamp_device device, void *out, lamp_dtype out_dtype, const void *a,
+                                       lamp_dtype a_dtype, const void *b, lamp_dtype b_dtype, const float *p,
+                                       const float *q, const float *r, size_t n, size_t c, size_t hw) {
+  return run_combine(device, "channel_combine", out, out_dtype, a, a_dtype, b, b_dtype, p, q, r, NULL, n, c, hw);
 }
 
 lamp_status lamp_channel_combine(lamp_device device, float *out, const float *a, const float *b, const float *p,
                                  const float *q, const float *r, size_t n, size_t c, size_t hw) {
-  return lamp_channel_combine_typed(device, out, LAMP_F32, a, b, p, q, r, n, c, hw);
+  return lamp_channel_combine_typed(device, out, LAMP_F32, a, LAMP_F32, b, LAMP_F32, p, q, r, n, c, hw);
 }
 
-lamp_status lamp_channel_combine_masked(lamp_device device, void *out, lamp_dtype out_dtype, const float *a,
-                                        const float *b, const float *p, const float *q, const float *r,
-                                        const lamp_relu_mask *mask, size_t n, size_t c, size_t hw) {
+lamp_status lamp_channel_combine_masked(lamp_device device, void *out, lamp_dtype out_dtype, const void *a,
+                                        lamp_dtype a_dtype, const void *b, lamp_dtype b_dtype, const float *p,
+                                        const float *q, const float *r, const lamp_relu_mask *mask, size_t n,
+                                        size_t c, size_t hw) {
   if (mask == NULL) return lamp_error(LAMP_ERR_INVALID_ARG, "channel_combine_masked: the mask is required");
-  return run_combine(device, "channel_combine_masked", out, out_dtype, a, b, p, q, r, mask, n, c, hw);
+  return run_combine(device, "channel_combine_masked", out, out_dtype, a, a_dtype, b, b_dtype, p, q, r, mask, n, c,
+                     hw);
 }
 
 /* ---- y = a + b ---------------------------------------------------------------------------- */
