@@ -5,7 +5,9 @@
 **
 ** The kernels run in fp32. A 16-bit input or gradient is widened into a workspace first and
 ** the result rounded once to the output dtype: comparisons and averages of widened values are
-** exact or fp32-rounded, as in PyTorch's CPU bf16 kernels, which accumulate in fp32.
+** exact or fp32-rounded, as in PyTorch's CPU bf16 kernels, which accumulate in fp32. The planes
+** are independent, so 16-bit tensors go through the workspace a group of planes at a time
+** (STAGE_ELEMENTS), never as whole fp32 copies.
 ** MaxPool keeps the winning index of every output (an activation: it lives until backward).
 */
 #include <stdio.h>
@@ -15,6 +17,10 @@
 #include "base/error.h"
 #include "nn/layer.h"
 #include "nn/layer_util.h"
+#include "tensor/dtype.h"
+
+/* fp32 elements a staged group of planes may take on its larger side (1 MiB). */
+#define STAGE_ELEMENTS 262144
 
 typedef enum pool_kind { POOL_MAX, POOL_AVG, POOL_GLOBAL } pool_kind;
 
@@ -111,34 +117,47 @@ static lamp_status check_pair(const pool *p, const lamp_tensor *x, const lamp_te
   return LAMP_OK;
 }
 
-/* t's data as fp32: t itself, or widened into *stage. */
-static lamp_status read_f32(const lamp_exec *exec, const lamp_tensor *t, lamp_tensor **stage, const float **out) {
-  if (t->dtype == LAMP_F32) {
-    *out = lamp_tensor_data(t);
-    return LAMP_OK;
-  }
-  lamp_status st = lamp_tensor_ensure(stage, LAMP_F32, exec->device, t->ndim, t->shape, LAMP_MEM_WORKSPACE);
-  if (st == LAMP_OK)
-    st = lamp_convert_parallel(exec->device, lamp_tensor_data(*stage), LAMP_F32, lamp_tensor_data(t), t->dtype,
-                      lamp_tensor_numel(t));
-  *out = lamp_tensor_data(*stage);
-  return st;
+/* Planes per call to a kernel: all of them when both sides are fp32, else as many as keep the
+   staging within STAGE_ELEMENTS (at least one). */
+static size_t group_planes(const lamp_tensor *in, size_t in_plane, const lamp_tensor *out, size_t out_plane,
+                           size_t planes) {
+  if (in->dtype == LAMP_F32 && out->dtype == LAMP_F32) return planes;
+  size_t larger = in_plane > out_plane ? in_plane : out_plane, group = larger > 0 ? STAGE_ELEMENTS / larger : planes;
+  if (group == 0) group = 1;
+  return group < planes ? group : planes;
 }
 
-/* Where to write t's values in fp32: t itself, or *stage (then finish with write_back). */
-static lamp_status write_f32(const lamp_exec *exec, lamp_tensor *t, lamp_tensor **stage, float **out) {
-  if (t->dtype == LAMP_F32) {
-    *out = lamp_tensor_data(t);
-    return LAMP_OK;
-  }
-  lamp_status st = lamp_tensor_ensure(stage, LAMP_F32, exec->device, t->ndim, t->shape, LAMP_MEM_WORKSPACE);
-  *out = lamp_tensor_data(*stage);
-  return st;
-}
-
-static lamp_status write_back(const lamp_exec *exec, lamp_tensor *t, const float *values) {
+/* The staging for n_max fp32 elements of a 16-bit tensor (none for fp32). */
+static lamp_status stage_for(const lamp_exec *exec, const lamp_tensor *t, size_t n_max, lamp_tensor **stage) {
   if (t->dtype == LAMP_F32) return LAMP_OK;
-  return lamp_convert_parallel(exec->device, lamp_tensor_data(t), t->dtype, values, LAMP_F32, lamp_tensor_numel(t));
+  int64_t shape[1] = {(int64_t)n_max};
+  return lamp_tensor_ensure(stage, LAMP_F32, exec->device, 1, shape, LAMP_MEM_WORKSPACE);
+}
+
+static char *element_at(const lamp_tensor *t, size_t i) {
+  return (char *)lamp_tensor_data(t) + i * lamp_dtype_size(t->dtype);
+}
+
+/* Elements [first, first + n) of t as fp32: in place, or widened into stage. */
+static lamp_status read_slice(const lamp_exec *exec, const lamp_tensor *t, size_t first, size_t n,
+                              const lamp_tensor *stage, const float **out) {
+  if (t->dtype == LAMP_F32) {
+    *out = (const float *)lamp_tensor_data(t) + first;
+    return LAMP_OK;
+  }
+  *out = lamp_tensor_data(stage);
+  return lamp_convert_parallel(exec->device, lamp_tensor_data(stage), LAMP_F32, element_at(t, first), t->dtype, n);
+}
+
+/* Where to write elements [first, first + n) of t in fp32: in place, or the stage (then commit_slice). */
+static float *write_slice(const lamp_tensor *t, size_t first, const lamp_tensor *stage) {
+  return t->dtype == LAMP_F32 ? (float *)lamp_tensor_data(t) + first : lamp_tensor_data(stage);
+}
+
+static lamp_status commit_slice(const lamp_exec *exec, const lamp_tensor *t, size_t first, size_t n,
+                                const float *values) {
+  if (t->dtype == LAMP_F32) return LAMP_OK;
+  return lamp_convert_parallel(exec->device, element_at(t, first), t->dtype, values, LAMP_F32, n);
 }
 
 static lamp_status pool_forward(lamp_layer *layer, const lamp_exec *exec, const lamp_tensor *x, lamp_tensor *y) {
@@ -146,18 +165,24 @@ static lamp_status pool_forward(lamp_layer *layer, const lamp_exec *exec, const 
   lamp_conv_geom g;
   size_t planes;
   lamp_status st = check_pair(p, x, y, "output", &g, &planes);
-  const float *xd;
-  float *yd;
-  if (st == LAMP_OK) st = read_f32(exec, x, &p->in32, &xd);
-  if (st == LAMP_OK) st = write_f32(exec, y, &p->out32, &yd);
   if (st != LAMP_OK) return st;
-  if (p->kind == POOL_MAX) {
+  size_t in_plane = g.height * g.width, out_plane = g.out_h * g.out_w;
+  size_t group = group_planes(x, in_plane, y, out_plane, planes);
+  st = stage_for(exec, x, group * in_plane, &p->in32);
+  if (st == LAMP_OK) st = stage_for(exec, y, group * out_plane, &p->out32);
+  if (st == LAMP_OK && p->kind == POOL_MAX)
     st = lamp_tensor_ensure(&p->argmax, LAMP_I32, exec->device, y->ndim, y->shape, LAMP_MEM_ACTIVATIONS);
-    if (st == LAMP_OK) st = lamp_maxpool_forward(exec->device, yd, lamp_tensor_data(p->argmax), xd, planes, &g);
-  } else {
-    st = lamp_avgpool_forward(exec->device, yd, xd, planes, &g);
+  for (size_t p0 = 0; st == LAMP_OK && p0 < planes; p0 += group) {
+    size_t n = group < planes - p0 ? group : planes - p0;
+    const float *xd;
+    float *yd = write_slice(y, p0 * out_plane, p->out32);
+    st = read_slice(exec, x, p0 * in_plane, n * in_plane, p->in32, &xd);
+    if (st == LAMP_OK && p->kind == POOL_MAX)
+      st = lamp_maxpool_forward(exec->device, yd, (int32_t *)lamp_tensor_data(p->argmax) + p0 * out_plane, xd, n, &g);
+    else if (st == LAMP_OK)
+      st = lamp_avgpool_forward(exec->device, yd, xd, n, &g);
+    if (st == LAMP_OK) st = commit_slice(exec, y, p0 * out_plane, n * out_plane, yd);
   }
-  if (st == LAMP_OK) st = write_back(exec, y, yd);
   return st;
 }
 
@@ -178,14 +203,23 @@ static lamp_status pool_backward_input(lamp_layer *layer, const lamp_exec *exec,
   if (st == LAMP_OK && p->kind == POOL_MAX &&
       (p->argmax == NULL || !lamp_nn_same_shape(p->argmax, dy)))
     return lamp_error(LAMP_ERR_INVALID_USAGE, "%s: backward before forward", name_of(p, name, sizeof name));
-  const float *dyd;
-  float *dxd;
-  if (st == LAMP_OK) st = read_f32(exec, dy, &p->out32, &dyd);
-  if (st == LAMP_OK) st = write_f32(exec, dx, &p->grad32, &dxd);
   if (st != LAMP_OK) return st;
-  if (p->kind == POOL_MAX) st = lamp_maxpool_backward(exec->device, dxd, dyd, lamp_tensor_data(p->argmax), planes, &g);
-  else st = lamp_avgpool_backward(exec->device, dxd, dyd, planes, &g);
-  if (st == LAMP_OK) st = write_back(exec, dx, dxd);
+  size_t in_plane = g.height * g.width, out_plane = g.out_h * g.out_w;
+  size_t group = group_planes(dx, in_plane, dy, out_plane, planes);
+  st = stage_for(exec, dy, group * out_plane, &p->out32);
+  if (st == LAMP_OK) st = stage_for(exec, dx, group * in_plane, &p->grad32);
+  for (size_t p0 = 0; st == LAMP_OK && p0 < planes; p0 += group) {
+    size_t n = group < planes - p0 ? group : planes - p0;
+    const float *dyd;
+    float *dxd = write_slice(dx, p0 * in_plane, p->grad32);
+    st = read_slice(exec, dy, p0 * out_plane, n * out_plane, p->out32, &dyd);
+    if (st == LAMP_OK && p->kind == POOL_MAX)
+      st = lamp_maxpool_backward(exec->device, dxd, dyd, (const int32_t *)lamp_tensor_data(p->argmax) + p0 * out_plane,
+                                 n, &g);
+    else if (st == LAMP_OK)
+      st = lamp_avgpool_backward(exec->device, dxd, dyd, n, &g);
+    if (st == LAMP_OK) st = commit_slice(exec, dx, p0 * in_plane, n * in_plane, dxd);
+  }
   return st;
 }
 

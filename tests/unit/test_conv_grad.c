@@ -34,6 +34,7 @@
 #include "nn/model.h"
 #include "tensor/rng.h"
 #include "tensor/tensor.h"
+#include "tensor/dtype.h"
 #include "test_support.h"
 
 #define FD_H 1e-3
@@ -589,6 +590,62 @@ static void test_global_avgpool_grad(void **state) {
   pool_case(l, (pool_ref){.global = 1}, 3, 4);
 }
 
+/*
+** 16-bit tensors go through the fp32 staging a group of planes at a time (1 MiB): 600 planes of
+** 24x24 take two groups. Forward and backward must give, bit for bit, what the fp32 layer gives on
+** the widened values, rounded once.
+*/
+static void staged_pool_case(lamp_layer *l, lamp_dtype dt) {
+  int64_t shape[4] = {2, 300, 24, 24}, out[4];
+  int nd;
+  OK(l->ops->output_shape(l, 4, shape, &nd, out));
+  lamp_tensor *x16 = new_tensor(dt, 4, shape), *x32 = new_tensor(LAMP_F32, 4, shape);
+  lamp_tensor *y16 = new_tensor(dt, nd, out), *y32 = new_tensor(LAMP_F32, nd, out);
+  lamp_tensor *dy16 = new_tensor(dt, nd, out), *dy32 = new_tensor(LAMP_F32, nd, out);
+  lamp_tensor *dx16 = new_tensor(dt, 4, shape), *dx32 = new_tensor(LAMP_F32, 4, shape);
+  lamp_rng r;
+  lamp_rng_seed(&r, 5);
+  for (size_t i = 0; i < lamp_tensor_numel(x16); i++) {
+    store_f32_as(dt, lamp_tensor_data(x16), i, (float)lamp_rng_uniform(&r) * 4.0f - 2.0f);
+    fp(x32)[i] = load_as_f32(dt, lamp_tensor_data(x16), i);
+  }
+  for (size_t i = 0; i < lamp_tensor_numel(dy16); i++) {
+    store_f32_as(dt, lamp_tensor_data(dy16), i, (float)lamp_rng_uniform(&r) - 0.5f);
+    fp(dy32)[i] = load_as_f32(dt, lamp_tensor_data(dy16), i);
+  }
+  lamp_exec e16 = TRAIN;
+  e16.activation_dtype = e16.compute_dtype = dt;
+  const lamp_tensor *pairs[2][2] = {{y16, y32}, {dx16, dx32}};
+  OK(l->ops->forward(l, &TRAIN, x32, y32)); /* each backward right after its forward: MaxPool keeps the argmax */
+  OK(l->ops->backward_input(l, &TRAIN, x32, y32, dy32, dx32));
+  OK(l->ops->forward(l, &e16, x16, y16));
+  OK(l->ops->backward_input(l, &e16, x16, y16, dy16, dx16));
+  for (int k = 0; k < 2; k++) {
+    const lamp_tensor *got = pairs[k][0], *ref = pairs[k][1];
+    for (size_t i = 0; i < lamp_tensor_numel(got); i++) {
+      uint16_t want = dt == LAMP_F16 ? lamp_f32_to_f16(fp(ref)[i]) : lamp_f32_to_bf16(fp(ref)[i]);
+      if (((const uint16_t *)lamp_tensor_data(got))[i] != want)
+        fail_msg("%s %s: %s element %zu differs from the fp32 layer's", l->ops->type, lamp_dtype_name(dt),
+                 k == 0 ? "output" : "input gradient", i);
+    }
+  }
+  lamp_tensor *ts[] = {x16, x32, y16, y32, dy16, dy32, dx16, dx32};
+  for (size_t i = 0; i < 8; i++) lamp_tensor_release(ts[i]);
+}
+
+static void test_pool_16_bit_staged_in_groups(void **state) {
+  (void)state;
+  lamp_layer *ls[3];
+  OK(lamp_maxpool2d_new(&ls[0], 2, 0, 0));
+  OK(lamp_avgpool2d_new(&ls[1], 3, 2, 1));
+  OK(lamp_global_avgpool_new(&ls[2]));
+  for (size_t i = 0; i < 3; i++) {
+    staged_pool_case(ls[i], LAMP_BF16);
+    staged_pool_case(ls[i], LAMP_F16);
+    lamp_layer_release(ls[i]);
+  }
+}
+
 static void test_pool_errors(void **state) {
   (void)state;
   lamp_layer *l;
@@ -798,6 +855,7 @@ int main(void) {
       cmocka_unit_test(test_maxpool_grad),
       cmocka_unit_test(test_avgpool_grad),
       cmocka_unit_test(test_global_avgpool_grad),
+      cmocka_unit_test(test_pool_16_bit_staged_in_groups),
       cmocka_unit_test(test_pool_errors),
       cmocka_unit_test(test_flatten),
       cmocka_unit_test(test_dropout),
