@@ -264,6 +264,33 @@ static void f16_bulk_equals_scalar(void **state) {
     assert_int_equal(h_bulk[i], lamp_f32_to_f16(f[i]));
 }
 
+/* Calls of every length up to two vectors and a bit, over all patterns: short rows (a 14-pixel
+   image row) are all tail, and the tails are converted in vector registers too. */
+static void f16_bulk_tails_equal_scalar(void **state) {
+  (void)state;
+  static uint16_t h[65536 + 40], h_bulk[65536 + 40];
+  static float f[65536 + 40], f_bulk[65536 + 40];
+  for (uint32_t i = 0; i < 65536 + 40; i++) {
+    h[i] = (uint16_t)(i * 40503u);
+    f[i] = i % 3 == 0 ? lamp_f16_to_f32(h[i]) * 1.00048828125f : float_of(i * 2654435761u);
+  }
+  for (size_t len = 1; len <= 35; len++) {
+    memset(f_bulk, 0, sizeof f_bulk);
+    for (size_t at = 0; at + len <= 65536 + 40; at += len) {
+      lamp_f16_to_f32_n(f_bulk + at, h + at, len);
+      lamp_f32_to_f16_n(h_bulk + at, f + at, len);
+    }
+    size_t covered = (65536 + 40) / len * len;
+    for (size_t i = 0; i < covered; i++) {
+      if (bits_of(f_bulk[i]) != bits_of(lamp_f16_to_f32(h[i])))
+        fail_msg("lamp_f16_to_f32_n, length %zu: element %zu (0x%04x)", len, i, h[i]);
+      if (h_bulk[i] != lamp_f32_to_f16(f[i]))
+        fail_msg("lamp_f32_to_f16_n, length %zu: element %zu (0x%08x)", len, i, bits_of(f[i]));
+    }
+    if (covered < 65536 + 40) assert_true(bits_of(f_bulk[covered]) == 0); /* nothing written past a call */
+  }
+}
+
 /* ---- bf16 ----------------------------------------------------------------------------------- */
 
 static void bf16_round_trips_on_all_patterns(void **state) {
@@ -375,6 +402,7 @@ int main(void) {
       cmocka_unit_test(f16_subnormals),
       cmocka_unit_test(f16_nan_stays_quiet_nan_with_sign),
       cmocka_unit_test(f16_bulk_equals_scalar),
+      cmocka_unit_test(f16_bulk_tails_equal_scalar),
       cmocka_unit_test(bf16_round_trips_on_all_patterns),
       cmocka_unit_test(bf16_matches_reference_on_strided_patterns),
       cmocka_unit_test(bf16_midpoints_round_to_even),
