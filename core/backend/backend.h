@@ -187,6 +187,15 @@ lamp_status lamp_channel_reduce(lamp_device device, const void *a, lamp_dtype a_
 lamp_status lamp_channel_affine(lamp_device device, void *y, lamp_dtype y_dtype, const void *x, lamp_dtype x_dtype,
                                 const float *scale, const float *shift, size_t n, size_t c, size_t hw, int relu);
 
+/*
+** A residual block's close in one pass: y = relu(t + skip) with t = x * scale[k] + shift[k]
+** rounded to y_dtype (as if stored), the sum and ReLU as lamp_add(..., relu 1), rounded once to
+** y_dtype: the same bits as lamp_channel_affine into a tensor of y_dtype, then lamp_add.
+*/
+lamp_status lamp_channel_affine_add_relu(lamp_device device, void *y, lamp_dtype y_dtype, const void *x,
+                                         lamp_dtype x_dtype, const float *scale, const float *shift, const void *skip,
+                                         lamp_dtype skip_dtype, size_t n, size_t c, size_t hw);
+
 /* out[i, k, :] = p[k] * a[i, k, :] + q[k] * b[i, k, :] + r[k] (BatchNorm's input gradient). */
 lamp_status lamp_channel_combine(lamp_device device, float *out, const float *a, const float *b, const float *p,
                                  const float *q, const float *r, size_t n, size_t c, size_t hw);

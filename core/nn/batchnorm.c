@@ -234,11 +234,14 @@ static void running_statistics(batchnorm *b) {
   }
 }
 
-static lamp_status forward_pass(batchnorm *b, const lamp_exec *exec, const lamp_tensor *x, lamp_tensor *y, int relu) {
+/* relu: a ReLU rides on the pass; skip (then relu too): a residual branch added before it. */
+static lamp_status forward_pass(batchnorm *b, const lamp_exec *exec, const lamp_tensor *x, const lamp_tensor *skip,
+                                lamp_tensor *y, int relu) {
   size_t n, hw, c = (size_t)b->c;
   lamp_status st = check_bound(b);
   if (st == LAMP_OK) st = check_input(b, x, &n, &hw);
   if (st == LAMP_OK) st = check_tensor(b, y, "output", x);
+  if (st == LAMP_OK && skip != NULL) st = check_tensor(b, skip, "residual branch", x);
   if (st != LAMP_OK) return st;
   b->trained = exec->training;
   if (exec->training) st = batch_statistics(b, exec, x, n, hw);
@@ -248,18 +251,27 @@ static lamp_status forward_pass(batchnorm *b, const lamp_exec *exec, const lamp_
     b->scale[k] = weight_at(b, k) * b->invstd[k];
     b->shift[k] = bias_at(b, k) - b->mean[k] * b->scale[k];
   }
-  b->rectified = relu;
+  b->rectified = relu && skip == NULL;
+  if (skip != NULL)
+    return lamp_channel_affine_add_relu(exec->device, lamp_tensor_data(y), y->dtype, lamp_tensor_data(x), x->dtype,
+                                        b->scale, b->shift, lamp_tensor_data(skip), skip->dtype, n, c, hw);
   return lamp_channel_affine(exec->device, lamp_tensor_data(y), y->dtype, lamp_tensor_data(x), x->dtype, b->scale,
                              b->shift, n, c, hw, relu);
 }
 
 static lamp_status bn_forward(lamp_layer *layer, const lamp_exec *exec, const lamp_tensor *x, lamp_tensor *y) {
-  return forward_pass((batchnorm *)layer, exec, x, y, 0);
+  return forward_pass((batchnorm *)layer, exec, x, NULL, y, 0);
 }
 
 /* The ReLU after a BatchNorm rides on its affine pass; backward never reads y (see layer.h). */
 static lamp_status bn_forward_relu(lamp_layer *layer, const lamp_exec *exec, const lamp_tensor *x, lamp_tensor *y) {
-  return forward_pass((batchnorm *)layer, exec, x, y, 1);
+  return forward_pass((batchnorm *)layer, exec, x, NULL, y, 1);
+}
+
+/* A residual block's closing sum and ReLU ride on the affine pass; backward never reads y. */
+static lamp_status bn_forward_add_relu(lamp_layer *layer, const lamp_exec *exec, const lamp_tensor *x,
+                                       const lamp_tensor *skip, lamp_tensor *y) {
+  return forward_pass((batchnorm *)layer, exec, x, skip, y, 1);
 }
 
 /* ---- backward ------------------------------------------------------------------------------ */
@@ -410,6 +422,7 @@ static const lamp_layer_ops batchnorm_ops = {
     .bind_buffer = bn_bind_buffer,
     .forward_relu = bn_forward_relu,
     .backward_relu = bn_backward_relu,
+    .forward_add_relu = bn_forward_add_relu,
 };
 
 lamp_status lamp_batchnorm2d_new(lamp_layer **out, int64_t channels, const lamp_batchnorm_options *options) {

@@ -157,6 +157,17 @@ typedef struct lamp_layer_ops {
   */
   lamp_status (*backward_relu)(lamp_layer *layer, const lamp_exec *exec, const lamp_tensor *x, const lamp_tensor *y,
                                const lamp_tensor *dy, lamp_tensor *dx, size_t first_param);
+
+  /*
+  ** Optional: a residual block's close, y = relu(forward(x) + skip), forward's output rounded to
+  ** y's dtype first, the sum and ReLU as lamp_add's, rounded once: the same bits as forward into
+  ** a tensor, then that sum. A Residual whose block offers it (lamp_layer_offers_add_relu) and
+  ** whose closing ReLU is fused runs it and never stores the block's output; backward is then
+  ** handed y, the rectified sum, as this layer's output, so only layers whose backward ignores y
+  ** may offer it. A container offers it through its last child.
+  */
+  lamp_status (*forward_add_relu)(lamp_layer *layer, const lamp_exec *exec, const lamp_tensor *x,
+                                  const lamp_tensor *skip, lamp_tensor *y);
 } lamp_layer_ops;
 
 struct lamp_layer {
@@ -188,6 +199,9 @@ void lamp_layer_summary(const lamp_layer *layer, char *buf, size_t size);
 lamp_status lamp_linear_new(lamp_layer **out, int64_t in_features, int64_t out_features, int bias);
 lamp_status lamp_relu_new(lamp_layer **out);
 int lamp_layer_is_relu(const lamp_layer *layer); /* 1 for a layer made by lamp_relu_new */
+
+/* 1 when layer's forward_add_relu can run: it has the op, and a container's last child offers it. */
+int lamp_layer_offers_add_relu(const lamp_layer *layer);
 /* Retains each child. */
 lamp_status lamp_sequential_new(lamp_layer **out, lamp_layer *const *children, size_t n);
 

@@ -23,14 +23,22 @@ typedef struct residual {
   lamp_layer *block, *proj;
   size_t block_params, block_buffers;
   lamp_tensor *h, *p;   /* outputs of the block and the projection */
+  int closed;           /* the last forward ran the block with the sum and ReLU (h not formed) */
   lamp_tensor *dxp;     /* the projection's input gradient */
 } residual;
 
-static lamp_status check_same(const lamp_tensor *h, int ndim, const int64_t *shape, const char *what) {
-  if (h->ndim == ndim && lamp_nn_has_shape(h, ndim, shape)) return LAMP_OK;
+/* The block's output shape [hd, hs] against another's. */
+static lamp_status check_shape(int hd, const int64_t *hs, int ndim, const int64_t *shape, const char *what) {
+  int same = hd == ndim;
+  for (int d = 0; same && d < ndim; d++) same = hs[d] == shape[d];
+  if (same) return LAMP_OK;
   char a[128], b[128];
   return lamp_error(LAMP_ERR_INVALID_ARG, "Residual: the block's output %s does not match %s %s",
-                    lamp_nn_shape_text(h->ndim, h->shape, a, sizeof a), what, lamp_nn_shape_text(ndim, shape, b, sizeof b));
+                    lamp_nn_shape_text(hd, hs, a, sizeof a), what, lamp_nn_shape_text(ndim, shape, b, sizeof b));
+}
+
+static lamp_status check_same(const lamp_tensor *h, int ndim, const int64_t *shape, const char *what) {
+  return check_shape(h->ndim, h->shape, ndim, shape, what);
 }
 
 static lamp_status res_output_shape(const lamp_layer *layer, int ndim, const int64_t *in, int *out_ndim,
@@ -138,18 +146,50 @@ static lamp_status run_child(lamp_layer *child, const lamp_exec *exec, const lam
   return st;
 }
 
+static lamp_status check_output(const lamp_tensor *y) {
+  if (lamp_nn_is_activation(y)) return LAMP_OK;
+  return lamp_error(LAMP_ERR_INVALID_ARG, "Residual: the output must be a contiguous floating-point tensor");
+}
+
+/* skip: x, or the projection's output (run first). */
+static lamp_status skip_branch(residual *r, const lamp_exec *exec, const lamp_tensor *x, const lamp_tensor **skip) {
+  *skip = x;
+  if (r->proj == NULL) return LAMP_OK;
+  lamp_status st = run_child(r->proj, exec, x, &r->p);
+  *skip = r->p;
+  return st;
+}
+
+/*
+** With the closing ReLU fused, a block that offers forward_add_relu (a ResNet block ending in a
+** BatchNorm) takes the sum and the ReLU into its last pass, and its own output is never formed:
+** one pass and one stored activation fewer, the same bits.
+*/
+static lamp_status close_block(residual *r, const lamp_exec *exec, const lamp_tensor *x, lamp_tensor *y) {
+  int nd;
+  int64_t shape[LAMP_MAX_DIMS];
+  const lamp_tensor *skip;
+  lamp_status st = skip_branch(r, exec, x, &skip);
+  if (st == LAMP_OK) st = r->block->ops->output_shape(r->block, x->ndim, x->shape, &nd, shape);
+  if (st == LAMP_OK)
+    st = check_shape(nd, shape, skip->ndim, skip->shape, r->proj ? "the projection's output" : "the input");
+  if (st == LAMP_OK) st = check_shape(nd, shape, y->ndim, y->shape, "the output");
+  if (st == LAMP_OK) st = check_output(y);
+  if (st == LAMP_OK) st = r->block->ops->forward_add_relu(r->block, exec, x, skip, y);
+  if (st == LAMP_OK) r->closed = 1;
+  return st;
+}
+
 static lamp_status forward_pass(residual *r, const lamp_exec *exec, const lamp_tensor *x, lamp_tensor *y, int relu) {
+  r->closed = 0;
+  if (relu && lamp_layer_offers_add_relu(r->block)) return close_block(r, exec, x, y);
+  const lamp_tensor *skip;
   lamp_status st = run_child(r->block, exec, x, &r->h);
+  if (st == LAMP_OK) st = skip_branch(r, exec, x, &skip);
   if (st != LAMP_OK) return st;
-  const lamp_tensor *skip = x;
-  if (r->proj != NULL) {
-    st = run_child(r->proj, exec, x, &r->p);
-    if (st != LAMP_OK) return st;
-    skip = r->p;
-  }
   st = check_same(r->h, skip->ndim, skip->shape, r->proj ? "the projection's output" : "the input");
   if (st == LAMP_OK) st = check_same(r->h, y->ndim, y->shape, "the output");
-  if (st == LAMP_OK && !lamp_nn_is_activation(y)) st = lamp_error(LAMP_ERR_INVALID_ARG, "Residual: the output must be a contiguous floating-point tensor");
+  if (st == LAMP_OK) st = check_output(y);
   size_t n = lamp_tensor_numel(y);
   if (st == LAMP_OK) /* one pass: the sum of both branches (rectified when fused), rounded once */
     st = lamp_add(exec->device, lamp_tensor_data(y), y->dtype, lamp_tensor_data(r->h), r->h->dtype,
@@ -166,11 +206,17 @@ static lamp_status res_forward_relu(lamp_layer *layer, const lamp_exec *exec, co
   return forward_pass((residual *)layer, exec, x, y, 1);
 }
 
+/* Where the block closed the sum (forward_add_relu) h was never formed; the block's own
+   backward then checks dy. */
 static lamp_status check_ready(const residual *r, const lamp_tensor *dy) {
-  if (r->h == NULL || (r->proj != NULL && r->p == NULL))
+  if ((!r->closed && r->h == NULL) || (r->proj != NULL && r->p == NULL))
     return lamp_error(LAMP_ERR_INVALID_USAGE, "Residual: backward before forward");
-  return check_same(r->h, dy->ndim, dy->shape, "the output gradient");
+  return r->closed ? LAMP_OK : check_same(r->h, dy->ndim, dy->shape, "the output gradient");
 }
+
+/* What the block is handed as its output: h, or the rectified sum y where the block closed it
+   (its last layer ignores it then, see forward_add_relu). */
+static const lamp_tensor *block_output(const residual *r, const lamp_tensor *y) { return r->closed ? y : r->h; }
 
 /* dx += the skip branch's input gradient: dy itself, or the projection's (computed into dxp). */
 static lamp_status add_skip_gradient(residual *r, const lamp_exec *exec, const lamp_tensor *dy, lamp_tensor *dx) {
@@ -188,11 +234,10 @@ static lamp_status ensure_dxp(residual *r, const lamp_tensor *x, const lamp_tens
 static lamp_status res_backward_input(lamp_layer *layer, const lamp_exec *exec, const lamp_tensor *x,
                                       const lamp_tensor *y, const lamp_tensor *dy, lamp_tensor *dx) {
   residual *r = (residual *)layer;
-  (void)y;
   lamp_status st = check_ready(r, dy);
   if (st == LAMP_OK) st = ensure_dxp(r, x, dx);
   if (st == LAMP_OK && r->proj != NULL) st = r->proj->ops->backward_input(r->proj, exec, x, r->p, dy, dx ? r->dxp : NULL);
-  if (st == LAMP_OK) st = r->block->ops->backward_input(r->block, exec, x, r->h, dy, dx);
+  if (st == LAMP_OK) st = r->block->ops->backward_input(r->block, exec, x, block_output(r, y), dy, dx);
   if (st == LAMP_OK && dx != NULL) st = add_skip_gradient(r, exec, dy, dx);
   return st;
 }
@@ -211,12 +256,11 @@ static lamp_status res_accumulate_grads(lamp_layer *layer, const lamp_exec *exec
 static lamp_status res_backward(lamp_layer *layer, const lamp_exec *exec, const lamp_tensor *x, const lamp_tensor *y,
                                 const lamp_tensor *dy, lamp_tensor *dx, size_t first_param) {
   residual *r = (residual *)layer;
-  (void)y;
   lamp_status st = check_ready(r, dy);
   if (st == LAMP_OK) st = ensure_dxp(r, x, dx);
   if (st == LAMP_OK && r->proj != NULL)
     st = lamp_layer_backward_walk(r->proj, exec, x, r->p, dy, dx ? r->dxp : NULL, first_param + r->block_params);
-  if (st == LAMP_OK) st = lamp_layer_backward_walk(r->block, exec, x, r->h, dy, dx, first_param);
+  if (st == LAMP_OK) st = lamp_layer_backward_walk(r->block, exec, x, block_output(r, y), dy, dx, first_param);
   if (st == LAMP_OK && dx != NULL) st = add_skip_gradient(r, exec, dy, dx);
   return st;
 }

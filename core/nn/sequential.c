@@ -161,21 +161,37 @@ static lamp_status output_tensor(sequential *s, size_t i, const lamp_exec *exec,
   return st;
 }
 
-static lamp_status seq_forward(lamp_layer *layer, const lamp_exec *exec, const lamp_tensor *x, lamp_tensor *y) {
-  sequential *s = (sequential *)layer;
+/* The children in order; with skip, the last one closes a residual block (forward_add_relu). */
+static lamp_status forward_walk(sequential *s, const lamp_exec *exec, const lamp_tensor *x, const lamp_tensor *skip,
+                                lamp_tensor *y) {
   const lamp_tensor *in = x;
   s->forwarded = 0;
   for (size_t i = 0; i < s->n; i++) {
     lamp_layer *c = s->children[i];
     lamp_tensor *out;
     lamp_status st = output_tensor(s, i, exec, in, y, &out);
-    if (st == LAMP_OK) st = s->fused[i] ? c->ops->forward_relu(c, exec, in, out) : c->ops->forward(c, exec, in, out);
+    if (st == LAMP_OK && skip != NULL && i + 1 == s->n) st = c->ops->forward_add_relu(c, exec, in, skip, out);
+    else if (st == LAMP_OK) st = s->fused[i] ? c->ops->forward_relu(c, exec, in, out) : c->ops->forward(c, exec, in, out);
     if (st != LAMP_OK) return st;
     in = out;
     if (s->fused[i]) i++;
   }
   s->forwarded = 1;
   return LAMP_OK;
+}
+
+static lamp_status seq_forward(lamp_layer *layer, const lamp_exec *exec, const lamp_tensor *x, lamp_tensor *y) {
+  return forward_walk((sequential *)layer, exec, x, NULL, y);
+}
+
+/* Offered through the last child, which is then handed y (the rectified sum) in backward. */
+static lamp_status seq_forward_add_relu(lamp_layer *layer, const lamp_exec *exec, const lamp_tensor *x,
+                                        const lamp_tensor *skip, lamp_tensor *y) {
+  sequential *s = (sequential *)layer;
+  if (!lamp_layer_offers_add_relu(layer))
+    return lamp_error(LAMP_ERR_UNSUPPORTED, "Sequential: its last child (%s) cannot close a residual block",
+                      s->n > 0 ? s->children[s->n - 1]->ops->type : "none");
+  return forward_walk(s, exec, x, skip, y);
 }
 
 /* Where child i's input gradient goes: dx for the first child, else a buffer shaped like its input. */
@@ -357,6 +373,7 @@ static const lamp_layer_ops sequential_ops = {
     .bind_buffer = seq_bind_buffer,
     .child_count = seq_child_count,
     .child = seq_child,
+    .forward_add_relu = seq_forward_add_relu,
 };
 
 static lamp_status check_children(lamp_layer *const *children, size_t n) {

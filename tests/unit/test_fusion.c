@@ -1,6 +1,7 @@
 /*
 ** Sequential runs a BatchNorm2d or a Residual that is followed by a ReLU as one fused forward
-** (forward_relu): one pass and one stored activation fewer. The reference ResNet is trained one
+** (forward_relu): one pass and one stored activation fewer; such a Residual has its block's last
+** BatchNorm close the sum and the ReLU (forward_add_relu), one pass and activation fewer again. The reference ResNet is trained one
 ** step fused and unfused (each fusable layer wrapped alone in a Sequential, which does not offer
 ** forward_relu), under fp32, bf16 and fp16: outputs, loss, gradients and running statistics must
 ** agree bit for bit, through the combined backward and through backward_input followed by
@@ -58,8 +59,10 @@ static lamp_layer *block(int64_t in, int64_t c, int wrap) {
 }
 
 /* The reference ResNet, plus a projecting block; the fused pairs store these outputs fewer per
-   image: three of 4x8x8 (stem BatchNorm, block 1's inner BatchNorm, block 1) and two of 8x4x4. */
-#define SAVED_PER_IMAGE (3 * 4 * 8 * 8 + 2 * 8 * 4 * 4)
+   image: three of 4x8x8 (stem BatchNorm, block 1's inner BatchNorm, block 1) and two of 8x4x4;
+   and each block's own output (its last BatchNorm's, which closes the sum: forward_add_relu),
+   one of 4x8x8 and one of 8x4x4. */
+#define SAVED_PER_IMAGE (3 * 4 * 8 * 8 + 2 * 8 * 4 * 4 + 4 * 8 * 8 + 8 * 4 * 4)
 /* The combined walk also forms no gradient at the outputs of the BatchNorms fused with a ReLU:
    two of 4x8x8 (stem, block 1's inner one) and one of 8x4x4 (block 2's inner one). */
 #define GRADS_SAVED_PER_IMAGE (2 * 4 * 8 * 8 + 8 * 4 * 4)
@@ -246,6 +249,15 @@ static void test_what_fuses(void **state) {
   assert_false(lamp_layer_is_relu(b));
   assert_non_null(b->ops->forward_relu);
   assert_non_null(b->ops->backward_relu);
+  assert_true(lamp_layer_offers_add_relu(b));
+  lamp_layer *ends_in_bn = seq(2, (lamp_layer *[]){linear(4, 4), bn(4, 0)});
+  lamp_layer *ends_in_relu = seq(2, (lamp_layer *[]){bn(4, 0), relu()});
+  assert_true(lamp_layer_offers_add_relu(ends_in_bn));
+  assert_false(lamp_layer_offers_add_relu(ends_in_relu)); /* a fused BatchNorm + ReLU pair at the end */
+  assert_false(lamp_layer_offers_add_relu(r));
+  assert_false(lamp_layer_offers_add_relu(l));
+  lamp_layer_release(ends_in_bn);
+  lamp_layer_release(ends_in_relu);
   assert_null(l->ops->forward_relu);
   assert_null(r->ops->forward_relu);
   lamp_layer_release(r);

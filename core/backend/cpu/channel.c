@@ -13,6 +13,7 @@
 #include "backend/cpu/cpu_backend.h"
 #include "base/error.h"
 #include "tensor/dtype.h"
+#include "tensor/half.h"
 
 #define BLOCK LAMP_CPU_BLOCK
 
@@ -178,6 +179,8 @@ typedef struct affine_job {
   size_t n, c, hw, tasks;
   int relu;
   const lamp_relu_mask *mask; /* combine: a read through it, or NULL */
+  const void *skip;           /* affine: a residual branch added before the ReLU, or NULL */
+  lamp_dtype skip_dtype;
 } affine_job;
 
 /* ReLU's rule (lamp_relu_forward): v <= 0 gives +0, NaN passes through. */
@@ -211,6 +214,22 @@ static inline __attribute__((always_inline)) void affine_row(float *out, const f
   for (; e < n; e++) out[e] = relu ? rectify(in[e] * sc + sh) : in[e] * sc + sh;
 }
 
+/* v through a tensor of dtype: rounded to it and widened back (nothing for fp32). */
+static void round_like(float *v, lamp_dtype dtype, size_t n) {
+  if (dtype == LAMP_F16) lamp_round_f16_n(v, v, n);
+  else if (dtype == LAMP_BF16) lamp_round_bf16_n(v, v, n);
+}
+
+/* v = rectify(v + skip): lamp_add's sum and rule (add_chunk), in place. */
+static void add_skip_rectified(float *v, const float *skip, size_t n) {
+  size_t e = 0;
+  for (; e + BLOCK <= n; e += BLOCK) {
+    float out[BLOCK];
+    for (size_t k = 0; k < BLOCK; k++) out[k] = rectify(v[e + k] + skip[e + k]);
+    for (size_t k = 0; k < BLOCK; k++) v[e + k] = out[k];
+  }
+  for (; e < n; e++) v[e] = rectify(v[e] + skip[e]);
+}
 
 static lamp_status affine_task(void *ctx, size_t worker, size_t t) {
   const affine_job *j = ctx;
@@ -226,8 +245,15 @@ static lamp_status affine_task(void *ctx, size_t worker, size_t t) {
         size_t len = lamp_cpu_min(LAMP_CPU_CHUNK, j->hw - p);
         const float *in = lamp_cpu_read(stage_x, j->x, j->x_dtype, row + p, len);
         float *out = lamp_cpu_scratch(stage, j->y, j->y_dtype, row + p);
-        if (j->relu) affine_row(out, in, sc, sh, len, 1);
-        else affine_row(out, in, sc, sh, len, 0);
+        if (j->skip != NULL) {
+          affine_row(out, in, sc, sh, len, 0);
+          round_like(out, j->y_dtype, len); /* as if stored, then read back */
+          add_skip_rectified(out, lamp_cpu_read(stage_x, j->skip, j->skip_dtype, row + p, len), len);
+        } else if (j->relu) {
+          affine_row(out, in, sc, sh, len, 1);
+        } else {
+          affine_row(out, in, sc, sh, len, 0);
+        }
         lamp_cpu_commit(j->y, j->y_dtype, row + p, out, len);
       }
     }
@@ -242,6 +268,22 @@ lamp_status lamp_channel_affine(lamp_device device, void *y, lamp_dtype y_dtype,
   if (s != LAMP_OK) return s;
   affine_job j = {.y = y, .y_dtype = y_dtype, .x = x, .x_dtype = x_dtype, .scale = scale, .shift = shift, .n = n,
                   .c = c, .hw = hw, .tasks = task_count(n, n * c * hw), .relu = relu != 0};
+  return lamp_parallel_for(device, j.tasks, affine_task, &j);
+}
+
+lamp_status lamp_channel_affine_add_relu(lamp_device device, void *y, lamp_dtype y_dtype, const void *x,
+                                         lamp_dtype x_dtype, const float *scale, const float *shift, const void *skip,
+                                         lamp_dtype skip_dtype, size_t n, size_t c, size_t hw) {
+  if (device != LAMP_CPU) return lamp_cpu_unsupported_device("channel_affine_add_relu", device);
+  lamp_status s = lamp_cpu_check_float("channel_affine_add_relu", "y", y_dtype);
+  if (s == LAMP_OK) s = lamp_cpu_check_float("channel_affine_add_relu", "x", x_dtype);
+  if (s == LAMP_OK) s = lamp_cpu_check_float("channel_affine_add_relu", "skip", skip_dtype);
+  if (s == LAMP_OK && skip == NULL && n * c * hw > 0)
+    s = lamp_error(LAMP_ERR_INVALID_ARG, "channel_affine_add_relu: the skip branch is required");
+  if (s != LAMP_OK) return s;
+  affine_job j = {.y = y, .y_dtype = y_dtype, .x = x, .x_dtype = x_dtype, .scale = scale, .shift = shift, .n = n,
+                  .c = c, .hw = hw, .tasks = task_count(n, n * c * hw), .relu = 1, .skip = skip,
+                  .skip_dtype = skip_dtype};
   return lamp_parallel_for(device, j.tasks, affine_task, &j);
 }
 
