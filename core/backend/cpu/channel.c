@@ -220,15 +220,19 @@ static void round_like(float *v, lamp_dtype dtype, size_t n) {
   else if (dtype == LAMP_BF16) lamp_round_bf16_n(v, v, n);
 }
 
-/* v = rectify(v + skip): lamp_add's sum and rule (add_chunk), in place. */
-static void add_skip_rectified(float *v, const float *skip, size_t n) {
+/* yv = av + bv, rectified when `relu` (constant once inlined); yv may be av (each block is read
+   whole before it is written). */
+static inline __attribute__((always_inline)) void add_chunk(float *yv, const float *av, const float *bv, size_t len,
+                                                            int relu) {
   size_t e = 0;
-  for (; e + BLOCK <= n; e += BLOCK) {
+  for (; e + BLOCK <= len; e += BLOCK) {
     float out[BLOCK];
-    for (size_t k = 0; k < BLOCK; k++) out[k] = rectify(v[e + k] + skip[e + k]);
-    for (size_t k = 0; k < BLOCK; k++) v[e + k] = out[k];
+    for (size_t v = 0; v < BLOCK; v++) out[v] = av[e + v] + bv[e + v];
+    if (relu)
+      for (size_t v = 0; v < BLOCK; v++) out[v] = rectify(out[v]);
+    for (size_t v = 0; v < BLOCK; v++) yv[e + v] = out[v];
   }
-  for (; e < n; e++) v[e] = rectify(v[e] + skip[e]);
+  for (; e < len; e++) yv[e] = relu ? rectify(av[e] + bv[e]) : av[e] + bv[e];
 }
 
 static lamp_status affine_task(void *ctx, size_t worker, size_t t) {
@@ -248,7 +252,7 @@ static lamp_status affine_task(void *ctx, size_t worker, size_t t) {
         if (j->skip != NULL) {
           affine_row(out, in, sc, sh, len, 0);
           round_like(out, j->y_dtype, len); /* as if stored, then read back */
-          add_skip_rectified(out, lamp_cpu_read(stage_x, j->skip, j->skip_dtype, row + p, len), len);
+          add_chunk(out, out, lamp_cpu_read(stage_x, j->skip, j->skip_dtype, row + p, len), len, 1); /* lamp_add's */
         } else if (j->relu) {
           affine_row(out, in, sc, sh, len, 1);
         } else {
@@ -260,31 +264,32 @@ static lamp_status affine_task(void *ctx, size_t worker, size_t t) {
   return LAMP_OK;
 }
 
-lamp_status lamp_channel_affine(lamp_device device, void *y, lamp_dtype y_dtype, const void *x, lamp_dtype x_dtype,
-                                const float *scale, const float *shift, size_t n, size_t c, size_t hw, int relu) {
-  if (device != LAMP_CPU) return lamp_cpu_unsupported_device("channel_affine", device);
-  lamp_status s = lamp_cpu_check_float("channel_affine", "y", y_dtype);
-  if (s == LAMP_OK) s = lamp_cpu_check_float("channel_affine", "x", x_dtype);
+static lamp_status run_affine(lamp_device device, const char *fn, void *y, lamp_dtype y_dtype, const void *x,
+                              lamp_dtype x_dtype, const float *scale, const float *shift, const void *skip,
+                              lamp_dtype skip_dtype, size_t n, size_t c, size_t hw, int relu) {
+  if (device != LAMP_CPU) return lamp_cpu_unsupported_device(fn, device);
+  lamp_status s = lamp_cpu_check_float(fn, "y", y_dtype);
+  if (s == LAMP_OK) s = lamp_cpu_check_float(fn, "x", x_dtype);
+  if (s == LAMP_OK && skip != NULL) s = lamp_cpu_check_float(fn, "skip", skip_dtype);
   if (s != LAMP_OK) return s;
   affine_job j = {.y = y, .y_dtype = y_dtype, .x = x, .x_dtype = x_dtype, .scale = scale, .shift = shift, .n = n,
-                  .c = c, .hw = hw, .tasks = task_count(n, n * c * hw), .relu = relu != 0};
+                  .c = c, .hw = hw, .tasks = task_count(n, n * c * hw), .relu = relu != 0, .skip = skip,
+                  .skip_dtype = skip_dtype};
   return lamp_parallel_for(device, j.tasks, affine_task, &j);
+}
+
+lamp_status lamp_channel_affine(lamp_device device, void *y, lamp_dtype y_dtype, const void *x, lamp_dtype x_dtype,
+                                const float *scale, const float *shift, size_t n, size_t c, size_t hw, int relu) {
+  return run_affine(device, "channel_affine", y, y_dtype, x, x_dtype, scale, shift, NULL, LAMP_F32, n, c, hw, relu);
 }
 
 lamp_status lamp_channel_affine_add_relu(lamp_device device, void *y, lamp_dtype y_dtype, const void *x,
                                          lamp_dtype x_dtype, const float *scale, const float *shift, const void *skip,
                                          lamp_dtype skip_dtype, size_t n, size_t c, size_t hw) {
-  if (device != LAMP_CPU) return lamp_cpu_unsupported_device("channel_affine_add_relu", device);
-  lamp_status s = lamp_cpu_check_float("channel_affine_add_relu", "y", y_dtype);
-  if (s == LAMP_OK) s = lamp_cpu_check_float("channel_affine_add_relu", "x", x_dtype);
-  if (s == LAMP_OK) s = lamp_cpu_check_float("channel_affine_add_relu", "skip", skip_dtype);
-  if (s == LAMP_OK && skip == NULL && n * c * hw > 0)
-    s = lamp_error(LAMP_ERR_INVALID_ARG, "channel_affine_add_relu: the skip branch is required");
-  if (s != LAMP_OK) return s;
-  affine_job j = {.y = y, .y_dtype = y_dtype, .x = x, .x_dtype = x_dtype, .scale = scale, .shift = shift, .n = n,
-                  .c = c, .hw = hw, .tasks = task_count(n, n * c * hw), .relu = 1, .skip = skip,
-                  .skip_dtype = skip_dtype};
-  return lamp_parallel_for(device, j.tasks, affine_task, &j);
+  if (skip == NULL && n * c * hw > 0)
+    return lamp_error(LAMP_ERR_INVALID_ARG, "channel_affine_add_relu: the skip branch is required");
+  return run_affine(device, "channel_affine_add_relu", y, y_dtype, x, x_dtype, scale, shift, skip, skip_dtype, n, c,
+                    hw, 1);
 }
 
 /* o = pk * a + qk * b + rk, a read through the mask when `masked` (a constant once inlined). */
@@ -369,20 +374,6 @@ typedef struct add_job {
   size_t n, tasks;
   int relu;
 } add_job;
-
-/* yv = av + bv, rectified when `relu` (constant once inlined). */
-static inline __attribute__((always_inline)) void add_chunk(float *yv, const float *av, const float *bv, size_t len,
-                                                            int relu) {
-  size_t e = 0;
-  for (; e + BLOCK <= len; e += BLOCK) {
-    float out[BLOCK];
-    for (size_t v = 0; v < BLOCK; v++) out[v] = av[e + v] + bv[e + v];
-    if (relu)
-      for (size_t v = 0; v < BLOCK; v++) out[v] = rectify(out[v]);
-    for (size_t v = 0; v < BLOCK; v++) yv[e + v] = out[v];
-  }
-  for (; e < len; e++) yv[e] = relu ? rectify(av[e] + bv[e]) : av[e] + bv[e];
-}
 
 /* A chunk is read whole before y is written, so y may alias a (y += b) or b exactly. */
 static lamp_status add_task(void *ctx, size_t worker, size_t t) {
