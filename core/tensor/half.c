@@ -424,8 +424,13 @@ __attribute__((target("avx512f"))) static void round_f16_avx512(float *dst, cons
     if (add) r = _mm512_add_ps(_mm512_loadu_ps(dst + i), r);
     _mm512_storeu_ps(dst + i, r);
   }
+  if (i < n) { /* the tail in masked lanes too, as the conversions do (short rows are all tail) */
+    __mmask16 m = (__mmask16)((1u << (n - i)) - 1u);
+    __m512 r = _mm512_cvtph_ps(_mm512_cvtps_ph(_mm512_maskz_loadu_ps(m, src + i), _MM_FROUND_TO_NEAREST_INT));
+    if (add) r = _mm512_add_ps(_mm512_maskz_loadu_ps(m, dst + i), r);
+    _mm512_mask_storeu_ps(dst + i, m, r);
+  }
   _mm256_zeroupper();
-  for (; i < n; i++) dst[i] = add ? dst[i] + f16_round_float(src[i]) : f16_round_float(src[i]);
 }
 
 __attribute__((target("f16c,avx"))) static void round_f16_f16c(float *dst, const float *src, size_t n, int add) {
@@ -435,8 +440,16 @@ __attribute__((target("f16c,avx"))) static void round_f16_f16c(float *dst, const
     if (add) r = _mm256_add_ps(_mm256_loadu_ps(dst + i), r);
     _mm256_storeu_ps(dst + i, r);
   }
+  if (i < n) { /* the tail through a zero-padded block, as the conversions do */
+    float in[8] = {0}, out[8] = {0};
+    memcpy(in, src + i, (n - i) * sizeof *in);
+    if (add) memcpy(out, dst + i, (n - i) * sizeof *out);
+    __m256 r = _mm256_cvtph_ps(_mm256_cvtps_ph(_mm256_loadu_ps(in), _MM_FROUND_TO_NEAREST_INT));
+    if (add) r = _mm256_add_ps(_mm256_loadu_ps(out), r);
+    _mm256_storeu_ps(out, r);
+    memcpy(dst + i, out, (n - i) * sizeof *out);
+  }
   _mm256_zeroupper();
-  for (; i < n; i++) dst[i] = add ? dst[i] + f16_round_float(src[i]) : f16_round_float(src[i]);
 }
 #endif
 
