@@ -8,8 +8,10 @@ cd "$(dirname "$0")/.."
 scripts/install-deps.sh || exit 1
 jobs=${LAMP_JOBS:-$(nproc)}
 # No -Werror here: the normal build already gates warnings, and optimising around the
-# instrumentation makes GCC warn where it otherwise would not.
-if ! cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=Release -DLAMP_SANITIZE=address,undefined >/dev/null ||
+# instrumentation makes GCC warn where it otherwise would not. No CUDA either: the sanitizers
+# instrument C only, and the normal build already compiles the CUDA sources.
+if ! cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=Release -DLAMP_SANITIZE=address,undefined \
+       -DLAMP_CUDA=OFF >/dev/null ||
    ! cmake --build build-asan -j "$jobs"; then
   echo "sanitize: 0 passed, 1 failed (the sanitizer build failed)"
   exit 1
