@@ -1,11 +1,17 @@
 /*
-** Kernels, dispatched on the device of the data. The CPU backend (OpenBLAS) implements every
-** kernel and is the reference the CUDA backend is checked against. Kernels know no layers.
+** The device seam: everything the core asks of a device, as lamp_X(device, ...) entry points.
+** Each looks up the device's backend table (backend_impl.h, registered in registry.c) and calls
+** its operation; a device without a backend, or a backend without the operation, fails with one
+** message naming both ("gemm: device cuda is not available (no backend for it in this build)",
+** "batchnorm_forward: the sim backend has no batchnorm_forward operation").
 **
 ** Conventions: matrices are row-major; `ld*` are row strides in elements; 16-bit inputs are
-** widened exactly to fp32, arithmetic and accumulation are fp32, and results are rounded
-** (nearest even) to the output dtype. Every function returns a status and sets
-** lamp_last_error() on failure (unsupported device or dtype, bad sizes).
+** widened exactly to fp32, arithmetic and accumulation are fp32, and results are rounded (nearest
+** even) to the output dtype. Every pointer is memory of `device` unless its comment says host.
+** Work may run after the call returns, in order with the device's other work (its queue); the
+** host sees a result only through lamp_copy or lamp_synchronize. Kernels know no layers: the
+** coarse operations at the end are named for the layer operation they compute, not for a layer
+** that happens to use them.
 */
 #ifndef LAMP_BACKEND_H
 #define LAMP_BACKEND_H
@@ -14,6 +20,76 @@
 #include <stdint.h>
 
 #include "lamp/host.h"
+#include "tensor/memory.h"
+
+/* The core's simulated device (core/backend/sim, built for the tests): memory the host can map
+   but not read directly, and a queue that runs work later. Plugins never see this value: they
+   see its memory through its host view, as cpu (see lamp_device_host_view). */
+#define LAMP_SIM ((lamp_device)3)
+
+/* What a backend can do beyond the operations it fills in. */
+#define LAMP_CAP_NATIVE_16BIT_GEMM 0x1u /* lamp_gemm reads 16-bit inputs natively (else it widens) */
+#define LAMP_CAP_HOST_VIEW 0x2u         /* its memory has a host address (lamp_device_host_view) */
+
+/* {======================================================
+** Devices, copies and ordering
+** ======================================================= */
+
+/* LAMP_OK when `device` has a backend, else why not (the message names the device). */
+lamp_status lamp_device_check(lamp_device device);
+
+/* Whether the device's backend has every capability in `caps` (0 without a backend). */
+int lamp_device_has(lamp_device device, unsigned caps);
+
+/* Devices of this kind this process can use (0 without a backend or a driver). */
+int lamp_device_count(lamp_device device);
+
+/* A device from its name ("cpu", "cuda", "sim"); LAMP_ERR_INVALID_ARG naming the known ones. */
+lamp_status lamp_device_parse(const char *name, lamp_device *out);
+
+/*
+** bytes from src on src_device to dst on dst_device; either side may be the host (LAMP_HOST).
+** Returns once a host source may be reused and a host destination holds the data; a copy within
+** one device is queued in order with its other work.
+*/
+lamp_status lamp_copy(lamp_device dst_device, void *dst, lamp_device src_device, const void *src, size_t bytes);
+
+/* Host memory to `device`, queued: the host must leave src unchanged until an event recorded after
+   this call has been waited for (lamp_event_wait). Where the device runs work on the calling thread,
+   the copy is done on return. */
+lamp_status lamp_upload_async(lamp_device device, void *dst, const void *src, size_t bytes);
+
+/* ptr[0 .. bytes) = 0, queued. */
+lamp_status lamp_zero(lamp_device device, void *ptr, size_t bytes);
+
+/* Returns when all work queued on the device so far is done, with the first error of that work. */
+lamp_status lamp_synchronize(lamp_device device);
+
+/* A point in a device's queue: record it after some work, then wait for the work to be done. */
+typedef struct lamp_event lamp_event;
+lamp_status lamp_event_new(lamp_device device, lamp_event **out);
+void lamp_event_free(lamp_event *event); /* NULL is a no-op; waits for nothing */
+lamp_status lamp_event_record(lamp_event *event);
+/* The host waits until the queue has passed the last record (at once if never recorded). */
+lamp_status lamp_event_wait(lamp_event *event);
+
+/* The host address of device memory where the backend has LAMP_CAP_HOST_VIEW, else NULL. Only for
+   handing memory to code that runs on the host (plugins built for the CPU), after
+   lamp_synchronize: the device does not order host accesses. */
+void *lamp_device_host_view(lamp_device device, const void *ptr);
+
+/* The device's queue handle for plugins (a cudaStream_t on CUDA); NULL where work is not queued. */
+void *lamp_device_stream(lamp_device device);
+
+/* Per-thread workspaces the backends keep between calls (widened 16-bit GEMM operands, staging)
+   are handed back now rather than at thread exit. */
+void lamp_backend_release_workspace(void);
+
+/* }====================================================== */
+
+/* {======================================================
+** Kernels
+** ======================================================= */
 
 /* C[m,n] = alpha * op(A) * op(B) + beta * C, op(X) = X or X^T. A, B in f32/f16/bf16 (mixed
    allowed), C in f32/f16/bf16. With beta == 0, C is not read (it may hold NaN). */
@@ -52,6 +128,7 @@ lamp_status lamp_relu_backward(lamp_device device, void *dx, const void *dy, con
 ** NULL the gradient of (grad_scale * mean loss): (softmax - onehot) * grad_scale / rows, in
 ** dlogits_dtype. A label outside [0, classes) is LAMP_ERR_INVALID_ARG naming row and label.
 ** If `correct` is not NULL it receives the number of rows whose argmax equals the label.
+** loss, labels and correct are device memory like the rest.
 */
 lamp_status lamp_cross_entropy(lamp_device device, const void *logits, lamp_dtype logits_dtype,
                                const int32_t *labels, size_t rows, size_t classes,
@@ -63,7 +140,7 @@ lamp_status lamp_cross_entropy(lamp_device device, const void *logits, lamp_dtyp
 lamp_status lamp_argmax_rows(lamp_device device, int32_t *out, const void *x, lamp_dtype dtype,
                              size_t rows, size_t cols);
 
-/* The fused unscale-and-check of the host API: g *= inv_scale; *found_inf = 1 on inf/NaN. */
+/* g *= inv_scale; *found_inf = 1 on inf/NaN, left alone otherwise (callers zero it first). */
 lamp_status lamp_unscale_and_check(lamp_device device, float *g, size_t n, float inv_scale,
                                    int *found_inf);
 
@@ -76,10 +153,6 @@ lamp_status lamp_round_through(lamp_device device, float *dst, const float *src,
 lamp_status lamp_accumulate_rounded(lamp_device device, float *dst, const float *src,
                                     lamp_dtype via, size_t n);
 
-/* Whether lamp_gemm on this device runs 16-bit inputs natively (1) or widens them to fp32 (0),
-   in which case callers that reuse an operand do better to keep it widened themselves. */
-int lamp_backend_native_16bit_gemm(lamp_device device);
-
 /* x *= alpha. */
 lamp_status lamp_scale(lamp_device device, float *x, size_t n, float alpha);
 
@@ -89,9 +162,26 @@ lamp_status lamp_axpy(lamp_device device, float *y, const float *x, size_t n, fl
 /* *out = sum of x[i]^2, accumulated in double (for global-norm clipping). */
 lamp_status lamp_sum_squares(lamp_device device, const float *x, size_t n, double *out);
 
-/* ---- convolution, pooling and per-channel kernels (NCHW, fp32 unless a dtype is given) ----- */
+/* y += x elementwise, in fp32, rounded to y's dtype (a residual connection). */
+lamp_status lamp_add_into(lamp_device device, void *y, lamp_dtype y_dtype, const void *x, lamp_dtype x_dtype,
+                          size_t n);
 
-/* The geometry of one sliding window over the planes of an image. */
+/* y = a + b elementwise, in fp32, rounded to y's dtype; y may alias a or b exactly. With `relu`,
+   y = max(a + b, 0) from the same fp32 sum (v <= 0 gives +0, NaN stays NaN), rounded once. */
+lamp_status lamp_add(lamp_device device, void *y, lamp_dtype y_dtype, const void *a, lamp_dtype a_dtype,
+                     const void *b, lamp_dtype b_dtype, size_t n, int relu);
+
+/* y = mask ? x * scale : 0 elementwise (Dropout); y and x may alias; mask holds 0 or 1 bytes. */
+lamp_status lamp_apply_mask(lamp_device device, void *y, lamp_dtype y_dtype, const void *x, lamp_dtype x_dtype,
+                            const uint8_t *mask, float scale, size_t n);
+
+/* }====================================================== */
+
+/* {======================================================
+** Coarse layer operations (NCHW)
+** ======================================================= */
+
+/* The geometry of one sliding window over the planes of an image (host memory, by value). */
 typedef struct lamp_conv_geom {
   size_t channels, height, width;      /* input planes of one image (or of one group) */
   size_t kernel_h, kernel_w, stride_h, stride_w, pad_h, pad_w, dilation_h, dilation_w;
@@ -99,171 +189,108 @@ typedef struct lamp_conv_geom {
 } lamp_conv_geom;
 
 /*
-** Columns of n_images images for a convolution as one GEMM operand:
-** col[(c * kernel_h + i) * kernel_w + j][s * out_hw + p] = x_s[c][y(p) + i*dil - pad][x(p) + j*dil - pad]
-** (0 outside the image), rows of ldcol elements, where image s starts at x + s * image_stride.
+** Pooling over n_planes planes (N * C), the geometry per plane (channels is ignored), x and y in
+** any float dtype. Max pooling: argmax [n_planes, out_h, out_w] holds the winner's index inside its
+** plane (-1 where the window holds only padding); NaN wins, as in PyTorch. Average pooling counts
+** the padding in the divisor (count_include_pad). Backward writes every element of dx.
 */
-lamp_status lamp_im2col(lamp_device device, float *col, size_t ldcol, const float *x, size_t image_stride,
-                        size_t n_images, const lamp_conv_geom *g);
-
-/* The adjoint: x_s[...] += every column entry that im2col would read from there. */
-lamp_status lamp_col2im(lamp_device device, float *x, size_t image_stride, const float *col, size_t ldcol,
-                        size_t n_images, const lamp_conv_geom *g);
-
-/*
-** Direct convolution of one image with a 3x3 kernel, stride 1, padding 1 (so out_h = height,
-** out_w = width), where the device has a kernel for it
-** (lamp_conv_direct_supported): out[o][p] = sum_r wt[r][o] * col[r][p] for o < n_out, with col
-** the columns lamp_im2col would make for g, never formed. x: g->channels planes, contiguous;
-** out rows ld_out apart; wt is [channels * kernel_h * kernel_w][ldw], ldw =
-** lamp_conv_direct_width(n_out) (columns from n_out on are read, their results dropped: zero
-** them); work holds lamp_conv_direct_work(g) floats. Sums are fp32, in order over r.
-*/
-int lamp_conv_direct_supported(lamp_device device, const lamp_conv_geom *g);
-size_t lamp_conv_direct_width(size_t n_out);
-size_t lamp_conv_direct_work(const lamp_conv_geom *g);
-lamp_status lamp_conv_direct(lamp_device device, float *out, size_t ld_out, const float *x, const float *wt,
-                             size_t ldw, size_t n_out, const lamp_conv_geom *g, float *work);
-/*
-** Its weight gradient for one image, same geometry: gw[o][r] = sum_p dy[o][p] * col[r][p] for
-** o < n_out (dy [n_out][plane]) and r < g->channels * 9, summed into the accumulator acc
-** (lamp_conv_direct_grad_acc floats, written, or added to when `accumulate`), so that a batch's
-** images add up there and are moved into gw once (lamp_conv_direct_grad_reduce). work holds
-** lamp_conv_direct_grad_work floats. Pixels are summed in raster order, images in call order.
-*/
-size_t lamp_conv_direct_grad_acc(const lamp_conv_geom *g, size_t n_out);
-size_t lamp_conv_direct_grad_work(const lamp_conv_geom *g, size_t n_out);
-lamp_status lamp_conv_direct_grad(lamp_device device, float *acc, const float *x, const float *dy, size_t n_out,
-                                  const lamp_conv_geom *g, float *work, int accumulate);
-/* gw[o][r] (+)= the accumulated sum for (o, r); gw's rows ldg apart, rows = g->channels * 9. */
-lamp_status lamp_conv_direct_grad_reduce(lamp_device device, float *gw, size_t ldg, const float *acc, size_t n_out,
-                                         size_t rows, int accumulate);
-/* The forward and lamp_conv_direct_grad with x in f32, f16 or bf16 (x_dtype), a 16-bit x widened
-   exactly as lamp_convert does (the forward widens it into work; an fp32 x it reads in place). */
-lamp_status lamp_conv_direct_typed(lamp_device device, float *out, size_t ld_out, const void *x, lamp_dtype x_dtype,
-                                   const float *wt, size_t ldw, size_t n_out, const lamp_conv_geom *g, float *work);
-lamp_status lamp_conv_direct_grad_typed(lamp_device device, float *acc, const void *x, lamp_dtype x_dtype,
-                                        const float *dy, size_t n_out, const lamp_conv_geom *g, float *work,
-                                        int accumulate);
-
-/* dst[c][s * plane + p] = src[s * image_stride + c * plane + p] for c < channels, widened to fp32:
-   a batch of NCHW images as one [channels, n_images * plane] matrix. */
-lamp_status lamp_gather_planes(lamp_device device, float *dst, const void *src, lamp_dtype src_dtype,
-                               size_t image_stride, size_t n_images, size_t channels, size_t plane);
-
-/* The inverse, plus bias[c] when bias is not NULL, rounded to dst_dtype. */
-lamp_status lamp_scatter_planes(lamp_device device, void *dst, lamp_dtype dst_dtype, size_t image_stride,
-                                const float *src, const float *bias, size_t n_images, size_t channels, size_t plane);
-
-/* Max pooling over planes (n_planes = N * C, geometry per plane; channels is ignored): y and
-   argmax [n_planes, out_h, out_w], argmax the index inside the plane (-1 where the window holds
-   only padding). NaN wins, as in PyTorch. Backward writes every element of dx. */
-lamp_status lamp_maxpool_forward(lamp_device device, float *y, int32_t *argmax, const float *x, size_t n_planes,
-                                 const lamp_conv_geom *g);
-lamp_status lamp_maxpool_backward(lamp_device device, float *dx, const float *dy, const int32_t *argmax,
-                                  size_t n_planes, const lamp_conv_geom *g);
-
-/* Average pooling, padding counted in the divisor (count_include_pad); backward writes all of dx. */
-lamp_status lamp_avgpool_forward(lamp_device device, float *y, const float *x, size_t n_planes,
-                                 const lamp_conv_geom *g);
-lamp_status lamp_avgpool_backward(lamp_device device, float *dx, const float *dy, size_t n_planes,
+lamp_status lamp_maxpool_forward(lamp_device device, void *y, lamp_dtype y_dtype, int32_t *argmax, const void *x,
+                                 lamp_dtype x_dtype, size_t n_planes, const lamp_conv_geom *g);
+lamp_status lamp_maxpool_backward(lamp_device device, void *dx, lamp_dtype dx_dtype, const void *dy,
+                                  lamp_dtype dy_dtype, const int32_t *argmax, size_t n_planes,
                                   const lamp_conv_geom *g);
+lamp_status lamp_avgpool_forward(lamp_device device, void *y, lamp_dtype y_dtype, const void *x, lamp_dtype x_dtype,
+                                 size_t n_planes, const lamp_conv_geom *g);
+lamp_status lamp_avgpool_backward(lamp_device device, void *dx, lamp_dtype dx_dtype, const void *dy,
+                                  lamp_dtype dy_dtype, size_t n_planes, const lamp_conv_geom *g);
+
+/* A 2-D convolution's shape: x [batch, in, height, width], weight [out, in / groups, kernel,
+   kernel] (PyTorch's layout), y [batch, out, out_h, out_w]. */
+typedef struct lamp_conv2d_shape {
+  size_t batch, in_channels, out_channels, groups;
+  size_t height, width, kernel, stride, padding, dilation;
+  size_t out_h, out_w;
+} lamp_conv2d_shape;
 
 /*
-** The per-channel kernels read their inputs in any float dtype (a 16-bit input is widened
-** exactly, a chunk at a time, never as a whole fp32 copy) and compute in fp32.
-**
-** Per-channel sums over [n, c, hw]: sum_a[k] = sum of (a - a_center[k]) over channel k without b;
-** when b is not NULL, sum_a[k] = sum of a and sum_ab[k] = sum of (a - a_center[k]) (b - b_center[k])
-** (a NULL center counts as 0). Each image row is summed in fp32, rows are added in double.
+** One convolution call. Autocast: the products see x, dy and the weights with the values of
+** `compute` and accumulate in fp32. weight and bias arrive as GEMM operands already (their
+** compute-dtype values, stored in operand_dtype: fp32 where the device widens 16-bit GEMM inputs,
+** see LAMP_CAP_NATIVE_16BIT_GEMM); x and dy arrive as stored, in any float dtype.
+** Parameter gradients are produced in grad_dtype (an fp32 sum rounded to it once) and then written
+** (overwrite_grads) or added into the fp32 slabs grad_weight and grad_bias.
 */
-lamp_status lamp_channel_reduce(lamp_device device, const void *a, lamp_dtype a_dtype, const float *a_center,
-                                const void *b, lamp_dtype b_dtype, const float *b_center, size_t n, size_t c,
-                                size_t hw, double *sum_a, double *sum_ab);
-
-/* y[i, k, :] = x[i, k, :] * scale[k] + shift[k], rounded to y_dtype. With `relu`, a ReLU is applied
-   on the way (v <= 0 gives +0, NaN stays NaN: lamp_relu_forward's rule), the same bits as the two
-   passes one after the other. */
-lamp_status lamp_channel_affine(lamp_device device, void *y, lamp_dtype y_dtype, const void *x, lamp_dtype x_dtype,
-                                const float *scale, const float *shift, size_t n, size_t c, size_t hw, int relu);
+typedef struct lamp_conv2d_args {
+  lamp_conv2d_shape shape;
+  lamp_dtype compute;
+  const void *x;
+  lamp_dtype x_dtype;
+  const void *weight, *bias; /* bias NULL: none */
+  lamp_dtype operand_dtype;
+  void *y; /* forward */
+  lamp_dtype y_dtype;
+  const void *dy; /* backward */
+  lamp_dtype dy_dtype;
+  void *dx; /* NULL: no input gradient */
+  lamp_dtype dx_dtype;
+  float *grad_weight, *grad_bias; /* NULL: no parameter gradients (grad_bias also when bias is NULL) */
+  lamp_dtype grad_dtype;
+  int overwrite_grads;
+} lamp_conv2d_args;
 
 /*
-** A residual block's close in one pass: y = relu(t + skip) with t = x * scale[k] + shift[k]
-** rounded to y_dtype (as if stored), the sum and ReLU as lamp_add(..., relu 1), rounded once to
-** y_dtype: the same bits as lamp_channel_affine into a tensor of y_dtype, then lamp_add.
+** y = conv(x, weight) + bias, rounded once to y's dtype. *plan is the backend's state for one
+** layer (workspaces, transformed weights, algorithm choice): NULL at first, made by the backend,
+** handed back on every call of that layer and freed with lamp_conv2d_plan_free.
 */
-lamp_status lamp_channel_affine_add_relu(lamp_device device, void *y, lamp_dtype y_dtype, const void *x,
-                                         lamp_dtype x_dtype, const float *scale, const float *shift, const void *skip,
-                                         lamp_dtype skip_dtype, size_t n, size_t c, size_t hw);
-
-/* out[i, k, :] = p[k] * a[i, k, :] + q[k] * b[i, k, :] + r[k] (BatchNorm's input gradient). */
-lamp_status lamp_channel_combine(lamp_device device, float *out, const float *a, const float *b, const float *p,
-                                 const float *q, const float *r, size_t n, size_t c, size_t hw);
-/* The same with typed inputs, out rounded to out_dtype as it is written (out must not overlap a
-   or b unless all three are fp32). */
-lamp_status lamp_channel_combine_typed(lamp_device device, void *out, lamp_dtype out_dtype, const void *a,
-                                       lamp_dtype a_dtype, const void *b, lamp_dtype b_dtype, const float *p,
-                                       const float *q, const float *r, size_t n, size_t c, size_t hw);
+lamp_status lamp_conv2d_forward(lamp_device device, void **plan, const lamp_conv2d_args *a);
 
 /*
-** The gradient mask of a ReLU that followed lamp_channel_affine(..., x, scale, shift, ..., relu 1),
-** recomputed from its input: element e of channel k passes where
-**   x[e] * scale[k] + shift[k] > zero_bound,
-** the affine pass's own fp32 arithmetic, with zero_bound 0 for an fp32 output and
-** LAMP_F16_ZERO_BOUND / LAMP_BF16_ZERO_BOUND for a 16-bit one: exactly where the stored output
-** is > 0, which is where lamp_relu_backward passes the gradient.
+** The backward of the last forward with the same plan and weights (a backend may keep what the
+** forward prepared): backward-data into dx when dx is not NULL, backward-filter into the
+** gradient slabs when grad_weight is not NULL; asking for both in one call lets a backend share
+** its pass over dy. An empty batch still writes the gradients (zeros) when overwrite_grads is set.
 */
-typedef struct lamp_relu_mask {
-  const float *scale, *shift;
-  float zero_bound;
-} lamp_relu_mask;
+lamp_status lamp_conv2d_backward(lamp_device device, void **plan, const lamp_conv2d_args *a);
+
+void lamp_conv2d_plan_free(lamp_device device, void *plan); /* NULL is a no-op */
 
 /*
-** lamp_channel_reduce (with a_center NULL) and lamp_channel_combine_typed with a read through
-** the mask (a masked-off element reads as +0, as lamp_relu_backward writes it), the mask taken
-** from b: BatchNorm's backward with the ReLU after it in the same passes. The same bits as
-** lamp_relu_backward into a, then the unmasked kernel.
+** BatchNorm over the channels of [batch, channels, plane] tensors, PyTorch's semantics:
+**   training:   y = (x - mean_B) / sqrt(var_B + eps) * weight + bias with the batch's mean and
+**               biased variance; running_mean/var move by `momentum` toward the batch's mean and
+**               UNBIASED variance; batches_tracked[0] += 1. Needs batch * plane >= 2.
+**   inference:  the running statistics replace the batch's.
+** Statistics, normalisation and gradients are fp32 (sums in double) whatever the dtypes of x, y,
+** dy and dx. `saved` [4 * channels] receives, in forward, the mean, 1/std, and the affine map
+** y = x * scale + shift that was applied; backward reads them. With `relu` the forward applies a
+** ReLU on the way out (the same bits as a separate ReLU on the stored output), and the backward
+** takes dy at that ReLU's output, recomputing its mask from x and the saved map.
 */
-lamp_status lamp_channel_reduce_masked(lamp_device device, const void *a, lamp_dtype a_dtype, const void *b,
-                                       lamp_dtype b_dtype, const float *b_center, const lamp_relu_mask *mask,
-                                       size_t n, size_t c, size_t hw, double *sum_a, double *sum_ab);
-lamp_status lamp_channel_combine_masked(lamp_device device, void *out, lamp_dtype out_dtype, const void *a,
-                                        lamp_dtype a_dtype, const void *b, lamp_dtype b_dtype, const float *p,
-                                        const float *q, const float *r, const lamp_relu_mask *mask, size_t n,
-                                        size_t c, size_t hw);
+typedef struct lamp_batchnorm_args {
+  size_t batch, channels, plane;
+  double momentum, eps;
+  int training; /* forward: use and update batch statistics; backward: the forward did */
+  int relu;
+  const void *x;
+  lamp_dtype x_dtype;
+  void *y; /* forward */
+  lamp_dtype y_dtype; /* also in backward with relu: the dtype of the stored rectified output */
+  const float *weight, *bias; /* [channels]; NULL: no affine map (weight 1, bias 0) */
+  float *running_mean, *running_var, *batches_tracked; /* forward */
+  float *saved;
+  const void *dy; /* backward */
+  lamp_dtype dy_dtype;
+  void *dx; /* NULL: no input gradient */
+  lamp_dtype dx_dtype;
+  float *grad_weight, *grad_bias; /* NULL: no parameter gradients; as in lamp_conv2d_args */
+  lamp_dtype grad_dtype;
+  int overwrite_grads;
+} lamp_batchnorm_args;
 
-/* lamp_convert split across the backend's threads (large arrays; dst and src apart or equal);
-   the same values bit for bit. Not for use inside a lamp_parallel_for task. */
-lamp_status lamp_convert_parallel(lamp_device device, void *dst, lamp_dtype dst_dtype, const void *src,
-                                  lamp_dtype src_dtype, size_t n);
+lamp_status lamp_batchnorm_forward(lamp_device device, const lamp_batchnorm_args *a);
+lamp_status lamp_batchnorm_backward(lamp_device device, const lamp_batchnorm_args *a);
 
-/* y += x elementwise, in fp32, rounded to y's dtype (a residual connection). */
-lamp_status lamp_add_into(lamp_device device, void *y, lamp_dtype y_dtype, const void *x, lamp_dtype x_dtype,
-                          size_t n);
-
-/* y = a + b elementwise, in fp32, rounded to y's dtype; y may alias a or b exactly. `relu` as in
-   lamp_channel_affine. */
-lamp_status lamp_add(lamp_device device, void *y, lamp_dtype y_dtype, const void *a, lamp_dtype a_dtype,
-                     const void *b, lamp_dtype b_dtype, size_t n, int relu);
-
-/*
-** fn(ctx, worker, task) for every task in [0, n_tasks), on up to lamp_backend_threads() threads
-** (worker < that count identifies the thread, for per-thread workspaces). Tasks are assigned
-** statically, so results never depend on timing; GEMMs called inside run single-threaded.
-** Returns the first failure, its message carried to the calling thread. Nested calls run serially.
-*/
-typedef lamp_status (*lamp_task_fn)(void *ctx, size_t worker, size_t task);
-lamp_status lamp_parallel_for(lamp_device device, size_t n_tasks, lamp_task_fn fn, void *ctx);
-size_t lamp_backend_threads(lamp_device device);
-
-/* y = mask ? x * scale : 0 elementwise (Dropout); y and x may alias. */
-lamp_status lamp_apply_mask(lamp_device device, void *y, lamp_dtype y_dtype, const void *x, lamp_dtype x_dtype,
-                            const uint8_t *mask, float scale, size_t n);
-
-/*
-** 16-bit GEMM inputs are widened into a per-thread workspace that is kept between calls (and
-** charged to the ledger as workspace); this returns it now rather than at thread exit.
-*/
-void lamp_backend_release_workspace(void);
+/* }====================================================== */
 
 #endif

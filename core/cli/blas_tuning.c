@@ -11,14 +11,14 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "base/cpu.h"
 #include "cli/commands.h"
 
 static const char *better_coretype(void) {
-  __builtin_cpu_init();
-  if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-      __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq"))
+  if (lamp_cpu_has(LAMP_ISA_AVX512F) && lamp_cpu_has(LAMP_ISA_AVX512BW) && lamp_cpu_has(LAMP_ISA_AVX512VL) &&
+      lamp_cpu_has(LAMP_ISA_AVX512DQ))
     return "SkylakeX";
-  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) return "Haswell";
+  if (lamp_cpu_has(LAMP_ISA_AVX2) && lamp_cpu_has(LAMP_ISA_FMA)) return "Haswell";
   return NULL;
 }
 

@@ -6,6 +6,7 @@
 #include "cli/commands.h"
 #include "plugin/loader.h"
 #include "tensor/dtype.h"
+#include "tensor/memory.h"
 
 int lamp_cmd_plugins(void) {
   lamp_plugin_listing *items;

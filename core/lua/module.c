@@ -12,17 +12,31 @@
 #include "lua/module.h"
 #include "tensor/ledger.h"
 
-/* lamp.memory() -> {params = {current=, peak=}, ..., total = {...}} in bytes. */
-static int lamp_memory(lua_State *L) {
+/* Pushes {params = {current=, peak=}, ..., total = {...}}, in bytes, for one device. */
+static void push_ledger(lua_State *L, lamp_device device) {
   lua_createtable(L, 0, LAMP_MEM_TAG_COUNT + 1);
   for (int tag = 0; tag <= LAMP_MEM_TAG_COUNT; tag++) {
-    lamp_ledger_entry e = lamp_ledger_get((lamp_mem_tag)tag);
+    lamp_ledger_entry e = lamp_ledger_get(device, (lamp_mem_tag)tag);
     lua_createtable(L, 0, 2);
     lua_pushinteger(L, (lua_Integer)e.current);
     lua_setfield(L, -2, "current");
     lua_pushinteger(L, (lua_Integer)e.peak);
     lua_setfield(L, -2, "peak");
     lua_setfield(L, -2, lamp_mem_tag_name((lamp_mem_tag)tag));
+  }
+}
+
+/*
+** lamp.memory() -> the host's ledger (params, ..., total), plus one such table per other device
+** with memory, under its name: mem.params.peak is the host's, mem.sim.params.peak the simulated
+** device's.
+*/
+static int lamp_memory(lua_State *L) {
+  push_ledger(L, LAMP_HOST);
+  for (int d = 0; d < LAMP_DEVICE_SLOTS; d++) {
+    if (d == LAMP_HOST || !lamp_device_has_memory((lamp_device)d)) continue;
+    push_ledger(L, (lamp_device)d);
+    lua_setfield(L, -2, lamp_device_name((lamp_device)d));
   }
   return 1;
 }

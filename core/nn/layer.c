@@ -94,13 +94,6 @@ void lamp_layer_summary(const lamp_layer *layer, char *buf, size_t size) {
   summary_add(&s, "total parameters: %s", grouped(numel, count, sizeof count));
 }
 
-int lamp_layer_offers_add_relu(const lamp_layer *layer) {
-  if (layer == NULL || layer->ops->forward_add_relu == NULL) return 0;
-  if (layer->ops->child_count == NULL) return 1;
-  size_t n = layer->ops->child_count(layer);
-  return n > 0 && lamp_layer_offers_add_relu(layer->ops->child(layer, n - 1));
-}
-
 lamp_status lamp_layer_backward_walk(lamp_layer *layer, const lamp_exec *exec, const lamp_tensor *x,
                                      const lamp_tensor *y, const lamp_tensor *dy, lamp_tensor *dx, size_t first_param) {
   const lamp_layer_ops *ops = layer->ops;

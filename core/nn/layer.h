@@ -138,36 +138,6 @@ typedef struct lamp_layer_ops {
   /* Optional (NULL for leaves): the children of a container, for printing the tree. */
   size_t (*child_count)(const lamp_layer *layer);
   lamp_layer *(*child)(const lamp_layer *layer, size_t i);
-  /*
-  ** Optional: forward with a ReLU fused onto the output, y = max(forward(x), 0) rounded once to
-  ** y's dtype, the same bits as forward then ReLU. A Sequential that finds such a layer right
-  ** before a ReLU runs the pair as this one call and never stores the layer's own output (one
-  ** pass and one activation fewer). In backward the layer is then handed the rectified output
-  ** as y, so only layers whose backward ignores y may offer it.
-  */
-  lamp_status (*forward_relu)(lamp_layer *layer, const lamp_exec *exec, const lamp_tensor *x, lamp_tensor *y);
-
-  /*
-  ** Optional, with forward_relu: the combined backward (as `backward`) of the pair that
-  ** forward_relu ran, this layer and the ReLU after it. dy is the gradient at the rectified
-  ** output y; the layer applies the ReLU's mask inside its own passes, so the gradient at its
-  ** own output is never formed. The same bits as the ReLU's backward followed by this layer's.
-  ** A Sequential uses it in its combined walk; backward_input and accumulate_grads still walk
-  ** the pair one by one.
-  */
-  lamp_status (*backward_relu)(lamp_layer *layer, const lamp_exec *exec, const lamp_tensor *x, const lamp_tensor *y,
-                               const lamp_tensor *dy, lamp_tensor *dx, size_t first_param);
-
-  /*
-  ** Optional: a residual block's close, y = relu(forward(x) + skip), forward's output rounded to
-  ** y's dtype first, the sum and ReLU as lamp_add's, rounded once: the same bits as forward into
-  ** a tensor, then that sum. A Residual whose block offers it (lamp_layer_offers_add_relu) and
-  ** whose closing ReLU is fused runs it and never stores the block's output; backward is then
-  ** handed y, the rectified sum, as this layer's output, so only layers whose backward ignores y
-  ** may offer it. A container offers it through its last child.
-  */
-  lamp_status (*forward_add_relu)(lamp_layer *layer, const lamp_exec *exec, const lamp_tensor *x,
-                                  const lamp_tensor *skip, lamp_tensor *y);
 } lamp_layer_ops;
 
 struct lamp_layer {
@@ -200,8 +170,6 @@ lamp_status lamp_linear_new(lamp_layer **out, int64_t in_features, int64_t out_f
 lamp_status lamp_relu_new(lamp_layer **out);
 int lamp_layer_is_relu(const lamp_layer *layer); /* 1 for a layer made by lamp_relu_new */
 
-/* 1 when layer's forward_add_relu can run: it has the op, and a container's last child offers it. */
-int lamp_layer_offers_add_relu(const lamp_layer *layer);
 /* Retains each child. */
 lamp_status lamp_sequential_new(lamp_layer **out, lamp_layer *const *children, size_t n);
 

@@ -20,13 +20,8 @@
 #include "backend/backend.h"
 #include "base/error.h"
 #include "nn/layer.h"
-
-/* A tensor's data in the compute dtype: the tensor itself or a converted copy. */
-typedef struct compute_copy {
-  lamp_tensor *buf;  /* workspace, grown on demand, reused across steps */
-  const void *src;   /* the data the copy was made from */
-  int valid;         /* the copy still matches src for this step */
-} compute_copy;
+#include "nn/layer_util.h"
+#include "nn/operand.h"
 
 typedef struct linear {
   lamp_layer base;
@@ -34,25 +29,14 @@ typedef struct linear {
   int has_bias;
   lamp_tensor *weight, *bias;   /* views of the weight slab (weight dtype) */
   lamp_tensor *gweight, *gbias; /* views of the fp32 gradient slab */
-  compute_copy x_copy, w_copy, b_copy, dy_copy;
+  lamp_operand x_copy, w_copy, b_copy, dy_copy;
   lamp_tensor *grad_buf;        /* fp32 GEMM result before rounding to a 16-bit grad_dtype */
 } linear;
-
-static int is_float(lamp_dtype dtype) {
-  return dtype == LAMP_F32 || dtype == LAMP_F16 || dtype == LAMP_BF16;
-}
 
 /* "Linear(784 -> 10)": the prefix of every message this layer writes. */
 static const char *name_of(const linear *l, char *buf, size_t size) {
   snprintf(buf, size, "Linear(%lld -> %lld)", (long long)l->in, (long long)l->out);
   return buf;
-}
-
-static void describe_shape(int ndim, const int64_t *shape, char *buf, size_t size) {
-  size_t used = (size_t)snprintf(buf, size, "[");
-  for (int i = 0; i < ndim && used < size; i++)
-    used += (size_t)snprintf(buf + used, size - used, i ? ", %lld" : "%lld", (long long)shape[i]);
-  if (used < size) snprintf(buf + used, size - used, "]");
 }
 
 /*
@@ -82,7 +66,7 @@ static lamp_status check_input(const linear *l, const lamp_tensor *x, size_t *ro
   lamp_tensor_describe(x, what, sizeof what);
   lamp_status st = check_features(l, x->ndim, x->shape, what, rows);
   if (st != LAMP_OK) return st;
-  if (!is_float(x->dtype) || !lamp_tensor_is_contiguous(x))
+  if (!lamp_nn_is_float(x->dtype) || !lamp_tensor_is_contiguous(x))
     return lamp_error(LAMP_ERR_INVALID_ARG, "%s: input %s must be a contiguous f32, f16 or bf16 tensor",
                       name_of(l, name, sizeof name), what);
   return LAMP_OK;
@@ -92,7 +76,7 @@ static lamp_status check_input(const linear *l, const lamp_tensor *x, size_t *ro
 static lamp_status check_matrix(const linear *l, const lamp_tensor *t, const char *role, size_t rows,
                                 size_t cols) {
   char what[128], name[64];
-  if (is_float(t->dtype) && lamp_tensor_is_contiguous(t) && t->ndim >= 1 &&
+  if (lamp_nn_is_float(t->dtype) && lamp_tensor_is_contiguous(t) && t->ndim >= 1 &&
       (size_t)t->shape[0] == rows && lamp_tensor_numel(t) == rows * cols)
     return LAMP_OK;
   return lamp_error(LAMP_ERR_INVALID_ARG, "%s: %s %s, expected %zu x %zu contiguous floating-point values",
@@ -108,58 +92,12 @@ static lamp_status check_bound(const linear *l) {
   return LAMP_OK;
 }
 
-/*
-** GEMM operands. The values are always those of exec->compute_dtype; where the device runs
-** 16-bit GEMMs natively they are stored in it, elsewhere (the CPU) they are kept widened to
-** fp32, exactly, so sgemm reads them without re-widening on every call.
-*/
-static lamp_dtype operand_dtype(const lamp_exec *exec) {
-  return lamp_backend_native_16bit_gemm(exec->device) ? exec->compute_dtype : LAMP_F32;
-}
-
-/* The copy's storage holds t's values rounded to the compute dtype, in the operand dtype. */
-static lamp_status fill_operand(const lamp_exec *exec, void *dst, lamp_dtype op, const lamp_tensor *t, size_t n) {
-  const void *src = lamp_tensor_data(t);
-  if (op != LAMP_F32 || t->dtype == exec->compute_dtype) /* one conversion: rounding or exact widening */
-    return lamp_convert(exec->device, dst, op, src, t->dtype, n);
-  if (t->dtype != LAMP_F32) {                           /* widen first, then round in place */
-    lamp_status st = lamp_convert(exec->device, dst, LAMP_F32, src, t->dtype, n);
-    if (st != LAMP_OK) return st;
-    src = dst;
-  }
-  return lamp_round_through(exec->device, dst, src, exec->compute_dtype, n);
-}
-
-/*
-** *data = t's values as a GEMM operand: t's own storage when it already qualifies, else the
-** copy, made now unless `reuse` allows the one this step already made from the same data.
-*/
-static lamp_status as_operand(compute_copy *c, const lamp_exec *exec, const lamp_tensor *t, size_t n, int reuse,
-                              const void **data) {
-  const void *src = lamp_tensor_data(t);
-  lamp_dtype op = operand_dtype(exec);
-  if (t->dtype == exec->compute_dtype && t->dtype == op) {
-    *data = src;
-    return LAMP_OK;
-  }
-  if (!(reuse && c->valid && c->src == src)) {
-    int64_t shape[1] = {(int64_t)n};
-    lamp_status st = lamp_tensor_ensure(&c->buf, op, exec->device, 1, shape, LAMP_MEM_WORKSPACE);
-    if (st == LAMP_OK) st = fill_operand(exec, lamp_tensor_data(c->buf), op, t, n);
-    if (st != LAMP_OK) return st;
-    c->src = src;
-    c->valid = 1;
-  }
-  *data = lamp_tensor_data(c->buf);
-  return LAMP_OK;
-}
-
 static lamp_status linear_output_shape(const lamp_layer *layer, int ndim, const int64_t *in,
                                        int *out_ndim, int64_t *out) {
   const linear *l = (const linear *)layer;
   char what[128];
   size_t rows;
-  describe_shape(ndim, in, what, sizeof what);
+  lamp_nn_shape_text(ndim, in, what, sizeof what);
   lamp_status st = check_features(l, ndim, in, what, &rows);
   if (st != LAMP_OK) return st;
   *out_ndim = 2;
@@ -200,38 +138,15 @@ static lamp_status linear_param_decl(const lamp_layer *layer, size_t i, lamp_par
   return LAMP_OK;
 }
 
-static int has_shape(const lamp_tensor *t, int ndim, const int64_t *shape) {
-  if (t->ndim != ndim || !lamp_tensor_is_contiguous(t)) return 0;
-  for (int i = 0; i < ndim; i++)
-    if (t->shape[i] != shape[i]) return 0;
-  return 1;
-}
-
 static lamp_status linear_bind(lamp_layer *layer, size_t i, lamp_tensor *weight, lamp_tensor *grad) {
   linear *l = (linear *)layer;
   char name[64];
   lamp_param_decl decl;
   lamp_status st = linear_param_decl(layer, i, &decl, NULL, 0);
   if (st != LAMP_OK) return st;
-  lamp_tensor **w = i == 0 ? &l->weight : &l->bias;
-  lamp_tensor **g = i == 0 ? &l->gweight : &l->gbias;
-  if (weight == NULL && grad == NULL) { /* unbind: the model is letting go of its slabs */
-    lamp_tensor_release(*w);
-    lamp_tensor_release(*g);
-    *w = *g = NULL;
-    l->w_copy.valid = 0;
-    return LAMP_OK;
-  }
-  if (*w != NULL)
-    return lamp_error(LAMP_ERR_INVALID_USAGE, "%s: %s is already bound (a layer belongs to one model, once)",
-                      name_of(l, name, sizeof name), decl.name);
-  if (weight == NULL || grad == NULL || !is_float(weight->dtype) || grad->dtype != LAMP_F32 ||
-      !has_shape(weight, decl.ndim, decl.shape) || !has_shape(grad, decl.ndim, decl.shape))
-    return lamp_error(LAMP_ERR_INVALID_ARG, "%s: %s needs a contiguous weight view and an f32 gradient view of its shape",
-                      name_of(l, name, sizeof name), decl.name);
-  *w = lamp_tensor_retain(weight);
-  *g = lamp_tensor_retain(grad);
-  return LAMP_OK;
+  l->w_copy.valid = l->b_copy.valid = 0;
+  return lamp_nn_bind_param(name_of(l, name, sizeof name), &decl, i == 0 ? &l->weight : &l->bias,
+                            i == 0 ? &l->gweight : &l->gbias, weight, grad);
 }
 
 static lamp_status linear_forward(lamp_layer *layer, const lamp_exec *exec, const lamp_tensor *x,
@@ -246,18 +161,18 @@ static lamp_status linear_forward(lamp_layer *layer, const lamp_exec *exec, cons
   l->x_copy.valid = l->w_copy.valid = l->dy_copy.valid = 0;
   if (rows == 0) return LAMP_OK;
   const void *xd, *wd;
-  st = as_operand(&l->x_copy, exec, x, rows * in, 0, &xd);
-  if (st == LAMP_OK) st = as_operand(&l->w_copy, exec, l->weight, out * in, 0, &wd);
+  st = lamp_operand_get(&l->x_copy, exec, x, rows * in, 0, &xd);
+  if (st == LAMP_OK) st = lamp_operand_get(&l->w_copy, exec, l->weight, out * in, 0, &wd);
   if (st != LAMP_OK) return st;
   void *yd = lamp_tensor_data(y);
-  lamp_dtype op = operand_dtype(exec);
+  lamp_dtype op = lamp_operand_dtype(exec);
   st = lamp_gemm(exec->device, 0, 1, rows, out, in, 1.0f, xd, op, in, wd, op, in, 0.0f, yd, y->dtype, out);
   if (st != LAMP_OK || !l->has_bias) return st;
   /* The bias joins the GEMM's inputs in the compute dtype too (autocast's addmm rounds it). */
   const void *bd;
-  st = as_operand(&l->b_copy, exec, l->bias, out, 0, &bd);
+  st = lamp_operand_get(&l->b_copy, exec, l->bias, out, 0, &bd);
   if (st != LAMP_OK) return st;
-  return lamp_add_bias_rows(exec->device, yd, y->dtype, bd, operand_dtype(exec), rows, out);
+  return lamp_add_bias_rows(exec->device, yd, y->dtype, bd, lamp_operand_dtype(exec), rows, out);
 }
 
 /* dx = dy W. */
@@ -273,10 +188,10 @@ static lamp_status linear_backward_input(lamp_layer *layer, const lamp_exec *exe
   if (st == LAMP_OK) st = check_matrix(l, dx, "input gradient", rows, in);
   if (st != LAMP_OK || rows == 0) return st;
   const void *dyd, *wd;
-  st = as_operand(&l->dy_copy, exec, dy, rows * out, 0, &dyd);
-  if (st == LAMP_OK) st = as_operand(&l->w_copy, exec, l->weight, out * in, 1, &wd);
+  st = lamp_operand_get(&l->dy_copy, exec, dy, rows * out, 0, &dyd);
+  if (st == LAMP_OK) st = lamp_operand_get(&l->w_copy, exec, l->weight, out * in, 1, &wd);
   if (st != LAMP_OK) return st;
-  lamp_dtype op = operand_dtype(exec);
+  lamp_dtype op = lamp_operand_dtype(exec);
   return lamp_gemm(exec->device, 0, 0, rows, in, out, 1.0f, dyd, op, out, wd, op, in, 0.0f, lamp_tensor_data(dx),
                    dx->dtype, in);
 }
@@ -290,7 +205,7 @@ static lamp_status linear_backward_input(lamp_layer *layer, const lamp_exec *exe
 static lamp_status accumulate_weight_grad(linear *l, const lamp_exec *exec, const void *dyd, const void *xd,
                                           size_t rows) {
   size_t in = (size_t)l->in, out = (size_t)l->out;
-  lamp_dtype op = operand_dtype(exec);
+  lamp_dtype op = lamp_operand_dtype(exec);
   float *g = lamp_tensor_data(l->gweight);
   if (exec->grad_dtype == LAMP_F32 || exec->overwrite_grads) { /* straight into the slab */
     lamp_status st = lamp_gemm(exec->device, 1, 0, out, in, rows, 1.0f, dyd, op, out, xd, op, in,
@@ -346,8 +261,8 @@ static lamp_status linear_accumulate_grads(lamp_layer *layer, const lamp_exec *e
   if (st != LAMP_OK) return st;
   if (rows == 0) return exec->overwrite_grads ? zero_grads(l, exec) : LAMP_OK;
   const void *xd, *dyd;
-  st = as_operand(&l->x_copy, exec, x, rows * in, 1, &xd);
-  if (st == LAMP_OK) st = as_operand(&l->dy_copy, exec, dy, rows * out, 1, &dyd);
+  st = lamp_operand_get(&l->x_copy, exec, x, rows * in, 1, &xd);
+  if (st == LAMP_OK) st = lamp_operand_get(&l->dy_copy, exec, dy, rows * out, 1, &dyd);
   if (st == LAMP_OK) st = accumulate_weight_grad(l, exec, dyd, xd, rows);
   if (st == LAMP_OK && l->has_bias) st = accumulate_bias_grad(l, exec, dy, rows);
   /*
@@ -371,10 +286,10 @@ static void linear_destroy(lamp_layer *layer) {
   lamp_tensor_release(l->bias);
   lamp_tensor_release(l->gweight);
   lamp_tensor_release(l->gbias);
-  lamp_tensor_release(l->x_copy.buf);
-  lamp_tensor_release(l->w_copy.buf);
-  lamp_tensor_release(l->dy_copy.buf);
-  lamp_tensor_release(l->b_copy.buf);
+  lamp_operand_free(&l->x_copy);
+  lamp_operand_free(&l->w_copy);
+  lamp_operand_free(&l->dy_copy);
+  lamp_operand_free(&l->b_copy);
   lamp_tensor_release(l->grad_buf);
   free(l);
 }

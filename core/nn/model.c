@@ -294,7 +294,7 @@ static lamp_status bind_param(lamp_model *m, size_t i) {
 */
 static lamp_tensor *slab_for_layers(const lamp_model *m) {
   const lamp_model_config *c = &m->config;
-  if (m->master != NULL && c->weight_dtype == c->compute_dtype && !lamp_backend_native_16bit_gemm(c->device))
+  if (m->master != NULL && c->weight_dtype == c->compute_dtype && !lamp_device_has(c->device, LAMP_CAP_NATIVE_16BIT_GEMM))
     return m->master;
   return m->weights;
 }

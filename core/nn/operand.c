@@ -1,10 +1,10 @@
-/* GEMM operands in the compute dtype (operand.h): the rules of linear.c, for the other layers. */
+/* GEMM operands in the compute dtype (operand.h). */
 #include "nn/operand.h"
 
 #include "backend/backend.h"
 
 lamp_dtype lamp_operand_dtype(const lamp_exec *exec) {
-  return lamp_backend_native_16bit_gemm(exec->device) ? exec->compute_dtype : LAMP_F32;
+  return lamp_device_has(exec->device, LAMP_CAP_NATIVE_16BIT_GEMM) ? exec->compute_dtype : LAMP_F32;
 }
 
 int lamp_operand_in_place(const lamp_exec *exec, lamp_dtype dtype) {

@@ -1,6 +1,5 @@
 /*
-** GEMM operands under autocast, shared by the layers that multiply (Conv2d; Linear keeps its
-** own copy of the same rules). The values an operand carries are always those of
+** GEMM operands under autocast, shared by the layers that multiply (Linear, Conv2d). The values an operand carries are always those of
 ** exec->compute_dtype; where the device runs 16-bit GEMMs natively they are stored in it,
 ** elsewhere (the CPU) they are kept widened to fp32, exactly, so sgemm reads them without
 ** re-widening on every call. A tensor that already qualifies is used in place.

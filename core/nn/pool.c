@@ -3,12 +3,10 @@
 ** default) and GlobalAvgPool ([N, C, H, W] -> [N, C, 1, 1], PyTorch's AdaptiveAvgPool2d(1); a
 ** Flatten or a Linear after it sees C features). No parameters.
 **
-** The kernels run in fp32. A 16-bit input or gradient is widened into a workspace first and
-** the result rounded once to the output dtype: comparisons and averages of widened values are
-** exact or fp32-rounded, as in PyTorch's CPU bf16 kernels, which accumulate in fp32. The planes
-** are independent, so 16-bit tensors go through the workspace a group of planes at a time
-** (STAGE_ELEMENTS), never as whole fp32 copies.
-** MaxPool keeps the winning index of every output (an activation: it lives until backward).
+** Comparisons and averages are those of the values widened to fp32, the result rounded once to
+** the output dtype (as in PyTorch's CPU bf16 kernels); the backend decides how (the CPU stages
+** 16-bit planes through fp32 a group at a time). MaxPool keeps the winning index of every output
+** (an activation: it lives until backward).
 */
 #include <stdio.h>
 #include <stdlib.h>
@@ -19,17 +17,13 @@
 #include "nn/layer_util.h"
 #include "tensor/dtype.h"
 
-/* fp32 elements a staged group of planes may take on its larger side (1 MiB). */
-#define STAGE_ELEMENTS 262144
-
 typedef enum pool_kind { POOL_MAX, POOL_AVG, POOL_GLOBAL } pool_kind;
 
 typedef struct pool {
   lamp_layer base;
   pool_kind kind;
   int64_t kernel, stride, pad;
-  lamp_tensor *argmax;                /* i32, MaxPool only */
-  lamp_tensor *in32, *out32, *grad32; /* fp32 staging for 16-bit tensors */
+  lamp_tensor *argmax; /* i32, MaxPool only */
 } pool;
 
 static const char *name_of(const pool *p, char *buf, size_t size) {
@@ -117,73 +111,19 @@ static lamp_status check_pair(const pool *p, const lamp_tensor *x, const lamp_te
   return LAMP_OK;
 }
 
-/* Planes per call to a kernel: all of them when both sides are fp32, else as many as keep the
-   staging within STAGE_ELEMENTS (at least one). */
-static size_t group_planes(const lamp_tensor *in, size_t in_plane, const lamp_tensor *out, size_t out_plane,
-                           size_t planes) {
-  if (in->dtype == LAMP_F32 && out->dtype == LAMP_F32) return planes;
-  size_t larger = in_plane > out_plane ? in_plane : out_plane, group = larger > 0 ? STAGE_ELEMENTS / larger : planes;
-  if (group == 0) group = 1;
-  return group < planes ? group : planes;
-}
-
-/* The staging for n_max fp32 elements of a 16-bit tensor (none for fp32). */
-static lamp_status stage_for(const lamp_exec *exec, const lamp_tensor *t, size_t n_max, lamp_tensor **stage) {
-  if (t->dtype == LAMP_F32) return LAMP_OK;
-  int64_t shape[1] = {(int64_t)n_max};
-  return lamp_tensor_ensure(stage, LAMP_F32, exec->device, 1, shape, LAMP_MEM_WORKSPACE);
-}
-
-static char *element_at(const lamp_tensor *t, size_t i) {
-  return (char *)lamp_tensor_data(t) + i * lamp_dtype_size(t->dtype);
-}
-
-/* Elements [first, first + n) of t as fp32: in place, or widened into stage. */
-static lamp_status read_slice(const lamp_exec *exec, const lamp_tensor *t, size_t first, size_t n,
-                              const lamp_tensor *stage, const float **out) {
-  if (t->dtype == LAMP_F32) {
-    *out = (const float *)lamp_tensor_data(t) + first;
-    return LAMP_OK;
-  }
-  *out = lamp_tensor_data(stage);
-  return lamp_convert_parallel(exec->device, lamp_tensor_data(stage), LAMP_F32, element_at(t, first), t->dtype, n);
-}
-
-/* Where to write elements [first, first + n) of t in fp32: in place, or the stage (then commit_slice). */
-static float *write_slice(const lamp_tensor *t, size_t first, const lamp_tensor *stage) {
-  return t->dtype == LAMP_F32 ? (float *)lamp_tensor_data(t) + first : lamp_tensor_data(stage);
-}
-
-static lamp_status commit_slice(const lamp_exec *exec, const lamp_tensor *t, size_t first, size_t n,
-                                const float *values) {
-  if (t->dtype == LAMP_F32) return LAMP_OK;
-  return lamp_convert_parallel(exec->device, element_at(t, first), t->dtype, values, LAMP_F32, n);
-}
-
 static lamp_status pool_forward(lamp_layer *layer, const lamp_exec *exec, const lamp_tensor *x, lamp_tensor *y) {
   pool *p = (pool *)layer;
   lamp_conv_geom g;
   size_t planes;
   lamp_status st = check_pair(p, x, y, "output", &g, &planes);
   if (st != LAMP_OK) return st;
-  size_t in_plane = g.height * g.width, out_plane = g.out_h * g.out_w;
-  size_t group = group_planes(x, in_plane, y, out_plane, planes);
-  st = stage_for(exec, x, group * in_plane, &p->in32);
-  if (st == LAMP_OK) st = stage_for(exec, y, group * out_plane, &p->out32);
-  if (st == LAMP_OK && p->kind == POOL_MAX)
-    st = lamp_tensor_ensure(&p->argmax, LAMP_I32, exec->device, y->ndim, y->shape, LAMP_MEM_ACTIVATIONS);
-  for (size_t p0 = 0; st == LAMP_OK && p0 < planes; p0 += group) {
-    size_t n = group < planes - p0 ? group : planes - p0;
-    const float *xd;
-    float *yd = write_slice(y, p0 * out_plane, p->out32);
-    st = read_slice(exec, x, p0 * in_plane, n * in_plane, p->in32, &xd);
-    if (st == LAMP_OK && p->kind == POOL_MAX)
-      st = lamp_maxpool_forward(exec->device, yd, (int32_t *)lamp_tensor_data(p->argmax) + p0 * out_plane, xd, n, &g);
-    else if (st == LAMP_OK)
-      st = lamp_avgpool_forward(exec->device, yd, xd, n, &g);
-    if (st == LAMP_OK) st = commit_slice(exec, y, p0 * out_plane, n * out_plane, yd);
-  }
-  return st;
+  if (p->kind != POOL_MAX)
+    return lamp_avgpool_forward(exec->device, lamp_tensor_data(y), y->dtype, lamp_tensor_data(x), x->dtype, planes,
+                                &g);
+  st = lamp_tensor_ensure(&p->argmax, LAMP_I32, exec->device, y->ndim, y->shape, LAMP_MEM_ACTIVATIONS);
+  if (st != LAMP_OK) return st;
+  return lamp_maxpool_forward(exec->device, lamp_tensor_data(y), y->dtype, lamp_tensor_data(p->argmax),
+                              lamp_tensor_data(x), x->dtype, planes, &g);
 }
 
 static lamp_status pool_backward_input(lamp_layer *layer, const lamp_exec *exec, const lamp_tensor *x,
@@ -204,23 +144,11 @@ static lamp_status pool_backward_input(lamp_layer *layer, const lamp_exec *exec,
       (p->argmax == NULL || !lamp_nn_same_shape(p->argmax, dy)))
     return lamp_error(LAMP_ERR_INVALID_USAGE, "%s: backward before forward", name_of(p, name, sizeof name));
   if (st != LAMP_OK) return st;
-  size_t in_plane = g.height * g.width, out_plane = g.out_h * g.out_w;
-  size_t group = group_planes(dx, in_plane, dy, out_plane, planes);
-  st = stage_for(exec, dy, group * out_plane, &p->out32);
-  if (st == LAMP_OK) st = stage_for(exec, dx, group * in_plane, &p->grad32);
-  for (size_t p0 = 0; st == LAMP_OK && p0 < planes; p0 += group) {
-    size_t n = group < planes - p0 ? group : planes - p0;
-    const float *dyd;
-    float *dxd = write_slice(dx, p0 * in_plane, p->grad32);
-    st = read_slice(exec, dy, p0 * out_plane, n * out_plane, p->out32, &dyd);
-    if (st == LAMP_OK && p->kind == POOL_MAX)
-      st = lamp_maxpool_backward(exec->device, dxd, dyd, (const int32_t *)lamp_tensor_data(p->argmax) + p0 * out_plane,
-                                 n, &g);
-    else if (st == LAMP_OK)
-      st = lamp_avgpool_backward(exec->device, dxd, dyd, n, &g);
-    if (st == LAMP_OK) st = commit_slice(exec, dx, p0 * in_plane, n * in_plane, dxd);
-  }
-  return st;
+  if (p->kind != POOL_MAX)
+    return lamp_avgpool_backward(exec->device, lamp_tensor_data(dx), dx->dtype, lamp_tensor_data(dy), dy->dtype,
+                                 planes, &g);
+  return lamp_maxpool_backward(exec->device, lamp_tensor_data(dx), dx->dtype, lamp_tensor_data(dy), dy->dtype,
+                               lamp_tensor_data(p->argmax), planes, &g);
 }
 
 static void pool_describe(const lamp_layer *layer, char *buf, size_t size) {
@@ -230,9 +158,6 @@ static void pool_describe(const lamp_layer *layer, char *buf, size_t size) {
 static void pool_destroy(lamp_layer *layer) {
   pool *p = (pool *)layer;
   lamp_tensor_release(p->argmax);
-  lamp_tensor_release(p->in32);
-  lamp_tensor_release(p->out32);
-  lamp_tensor_release(p->grad32);
   free(p);
 }
 

@@ -51,37 +51,6 @@ static lamp_status relu_bind(lamp_layer *layer, size_t i, lamp_tensor *weight, l
   return lamp_error(LAMP_ERR_INVALID_ARG, "ReLU: no parameter %zu (it has none)", i);
 }
 
-/*
-** Large tensors are split into one contiguous range per thread (the kernels are elementwise,
-** so the result is the same bit for bit); small ones stay on the calling thread.
-*/
-#define PARALLEL_MIN 65536
-
-typedef struct relu_job {
-  lamp_device device;
-  void *dst;
-  const void *src, *y;
-  lamp_dtype dtype;
-  size_t n, tasks;
-  int backward;
-} relu_job;
-
-static lamp_status relu_task(void *ctx, size_t worker, size_t t) {
-  const relu_job *j = ctx;
-  (void)worker;
-  size_t e = lamp_dtype_size(j->dtype), i0 = j->n * t / j->tasks, i1 = j->n * (t + 1) / j->tasks;
-  char *dst = (char *)j->dst + i0 * e;
-  const char *src = (const char *)j->src + i0 * e;
-  if (j->backward) return lamp_relu_backward(j->device, dst, src, (const char *)j->y + i0 * e, j->dtype, i1 - i0);
-  return lamp_relu_forward(j->device, dst, src, j->dtype, i1 - i0);
-}
-
-static lamp_status relu_run(relu_job *j) {
-  j->tasks = j->n >= PARALLEL_MIN && j->device == LAMP_CPU ? lamp_backend_threads(j->device) : 1;
-  if (j->tasks <= 1) return relu_task(j, 0, 0);
-  return lamp_parallel_for(j->device, j->tasks, relu_task, j);
-}
-
 static lamp_status relu_forward(lamp_layer *layer, const lamp_exec *exec, const lamp_tensor *x, lamp_tensor *y) {
   (void)layer;
   size_t n = lamp_tensor_numel(x);
@@ -95,8 +64,7 @@ static lamp_status relu_forward(lamp_layer *layer, const lamp_exec *exec, const 
     if (st != LAMP_OK) return st;
     src = dst;
   }
-  relu_job j = {.device = exec->device, .dst = dst, .src = src, .dtype = y->dtype, .n = n};
-  return relu_run(&j);
+  return lamp_relu_forward(exec->device, dst, src, y->dtype, n);
 }
 
 static lamp_status relu_backward_input(lamp_layer *layer, const lamp_exec *exec, const lamp_tensor *x,
@@ -110,11 +78,8 @@ static lamp_status relu_backward_input(lamp_layer *layer, const lamp_exec *exec,
   if (st == LAMP_OK) st = check_like(dx, "input gradient", n);
   if (st != LAMP_OK) return st;
   lamp_dtype t = y->dtype;
-  if (dy->dtype == t && dx->dtype == t) {
-    relu_job j = {.device = exec->device, .dst = lamp_tensor_data(dx), .src = lamp_tensor_data(dy),
-                  .y = lamp_tensor_data(y), .dtype = t, .n = n, .backward = 1};
-    return relu_run(&j);
-  }
+  if (dy->dtype == t && dx->dtype == t)
+    return lamp_relu_backward(exec->device, lamp_tensor_data(dx), lamp_tensor_data(dy), lamp_tensor_data(y), t, n);
   int64_t shape[1] = {(int64_t)n};
   st = lamp_tensor_ensure(&r->work, t, exec->device, 1, shape, LAMP_MEM_WORKSPACE);
   if (st != LAMP_OK) return st;

@@ -15,6 +15,7 @@
 
 #include "backend/backend.h"
 #include "base/error.h"
+#include "nn/fusion.h"
 #include "nn/layer.h"
 #include "nn/layer_util.h"
 
@@ -23,7 +24,6 @@ typedef struct residual {
   lamp_layer *block, *proj;
   size_t block_params, block_buffers;
   lamp_tensor *h, *p;   /* outputs of the block and the projection */
-  int closed;           /* the last forward ran the block with the sum and ReLU (h not formed) */
   lamp_tensor *dxp;     /* the projection's input gradient */
 } residual;
 
@@ -160,29 +160,7 @@ static lamp_status skip_branch(residual *r, const lamp_exec *exec, const lamp_te
   return st;
 }
 
-/*
-** With the closing ReLU fused, a block that offers forward_add_relu (a ResNet block ending in a
-** BatchNorm) takes the sum and the ReLU into its last pass, and its own output is never formed:
-** one pass and one stored activation fewer, the same bits.
-*/
-static lamp_status close_block(residual *r, const lamp_exec *exec, const lamp_tensor *x, lamp_tensor *y) {
-  int nd;
-  int64_t shape[LAMP_MAX_DIMS];
-  const lamp_tensor *skip;
-  lamp_status st = skip_branch(r, exec, x, &skip);
-  if (st == LAMP_OK) st = r->block->ops->output_shape(r->block, x->ndim, x->shape, &nd, shape);
-  if (st == LAMP_OK)
-    st = check_shape(nd, shape, skip->ndim, skip->shape, r->proj ? "the projection's output" : "the input");
-  if (st == LAMP_OK) st = check_shape(nd, shape, y->ndim, y->shape, "the output");
-  if (st == LAMP_OK) st = check_output(y);
-  if (st == LAMP_OK) st = r->block->ops->forward_add_relu(r->block, exec, x, skip, y);
-  if (st == LAMP_OK) r->closed = 1;
-  return st;
-}
-
 static lamp_status forward_pass(residual *r, const lamp_exec *exec, const lamp_tensor *x, lamp_tensor *y, int relu) {
-  r->closed = 0;
-  if (relu && lamp_layer_offers_add_relu(r->block)) return close_block(r, exec, x, y);
   const lamp_tensor *skip;
   lamp_status st = run_child(r->block, exec, x, &r->h);
   if (st == LAMP_OK) st = skip_branch(r, exec, x, &skip);
@@ -201,22 +179,17 @@ static lamp_status res_forward(lamp_layer *layer, const lamp_exec *exec, const l
   return forward_pass((residual *)layer, exec, x, y, 0);
 }
 
-/* A ResNet block's closing ReLU rides on the sum; backward never reads y (see layer.h). */
-static lamp_status res_forward_relu(lamp_layer *layer, const lamp_exec *exec, const lamp_tensor *x, lamp_tensor *y) {
+/* A ResNet block's closing ReLU rides on the sum (fusion.h); backward never reads y. */
+lamp_status lamp_residual_forward_relu(lamp_layer *layer, const lamp_exec *exec, const lamp_tensor *x,
+                                       lamp_tensor *y) {
   return forward_pass((residual *)layer, exec, x, y, 1);
 }
 
-/* Where the block closed the sum (forward_add_relu) h was never formed; the block's own
-   backward then checks dy. */
 static lamp_status check_ready(const residual *r, const lamp_tensor *dy) {
-  if ((!r->closed && r->h == NULL) || (r->proj != NULL && r->p == NULL))
+  if (r->h == NULL || (r->proj != NULL && r->p == NULL))
     return lamp_error(LAMP_ERR_INVALID_USAGE, "Residual: backward before forward");
-  return r->closed ? LAMP_OK : check_same(r->h, dy->ndim, dy->shape, "the output gradient");
+  return check_same(r->h, dy->ndim, dy->shape, "the output gradient");
 }
-
-/* What the block is handed as its output: h, or the rectified sum y where the block closed it
-   (its last layer ignores it then, see forward_add_relu). */
-static const lamp_tensor *block_output(const residual *r, const lamp_tensor *y) { return r->closed ? y : r->h; }
 
 /* dx += the skip branch's input gradient: dy itself, or the projection's (computed into dxp). */
 static lamp_status add_skip_gradient(residual *r, const lamp_exec *exec, const lamp_tensor *dy, lamp_tensor *dx) {
@@ -234,10 +207,11 @@ static lamp_status ensure_dxp(residual *r, const lamp_tensor *x, const lamp_tens
 static lamp_status res_backward_input(lamp_layer *layer, const lamp_exec *exec, const lamp_tensor *x,
                                       const lamp_tensor *y, const lamp_tensor *dy, lamp_tensor *dx) {
   residual *r = (residual *)layer;
+  (void)y; /* the block's output is h; the sum's own is not needed */
   lamp_status st = check_ready(r, dy);
   if (st == LAMP_OK) st = ensure_dxp(r, x, dx);
   if (st == LAMP_OK && r->proj != NULL) st = r->proj->ops->backward_input(r->proj, exec, x, r->p, dy, dx ? r->dxp : NULL);
-  if (st == LAMP_OK) st = r->block->ops->backward_input(r->block, exec, x, block_output(r, y), dy, dx);
+  if (st == LAMP_OK) st = r->block->ops->backward_input(r->block, exec, x, r->h, dy, dx);
   if (st == LAMP_OK && dx != NULL) st = add_skip_gradient(r, exec, dy, dx);
   return st;
 }
@@ -256,11 +230,12 @@ static lamp_status res_accumulate_grads(lamp_layer *layer, const lamp_exec *exec
 static lamp_status res_backward(lamp_layer *layer, const lamp_exec *exec, const lamp_tensor *x, const lamp_tensor *y,
                                 const lamp_tensor *dy, lamp_tensor *dx, size_t first_param) {
   residual *r = (residual *)layer;
+  (void)y;
   lamp_status st = check_ready(r, dy);
   if (st == LAMP_OK) st = ensure_dxp(r, x, dx);
   if (st == LAMP_OK && r->proj != NULL)
     st = lamp_layer_backward_walk(r->proj, exec, x, r->p, dy, dx ? r->dxp : NULL, first_param + r->block_params);
-  if (st == LAMP_OK) st = lamp_layer_backward_walk(r->block, exec, x, block_output(r, y), dy, dx, first_param);
+  if (st == LAMP_OK) st = lamp_layer_backward_walk(r->block, exec, x, r->h, dy, dx, first_param);
   if (st == LAMP_OK && dx != NULL) st = add_skip_gradient(r, exec, dy, dx);
   return st;
 }
@@ -325,7 +300,6 @@ static const lamp_layer_ops residual_ops = {
     .bind_buffer = res_bind_buffer,
     .child_count = res_child_count,
     .child = res_child,
-    .forward_relu = res_forward_relu,
 };
 
 lamp_status lamp_residual_new(lamp_layer **out, lamp_layer *block, lamp_layer *projection) {
@@ -343,3 +317,5 @@ lamp_status lamp_residual_new(lamp_layer **out, lamp_layer *block, lamp_layer *p
   *out = &r->base;
   return LAMP_OK;
 }
+
+int lamp_layer_is_residual(const lamp_layer *layer) { return layer != NULL && layer->ops == &residual_ops; }

@@ -5,17 +5,18 @@
 ** backward_input, must hand each child the same (input, output gradient) pair that
 ** backward_input computed.
 **
-** A child that offers forward_relu, followed by a ReLU, runs with it as one forward (fused[i]):
+** A child that fuses with the ReLU after it (fusion.h) runs with it as one forward (fused[i]):
 ** the child's own output is never stored. Backward still walks both: the ReLU reads only its
 ** output, which stands in for its input, and the child is handed the rectified output as y;
-** except that the combined walk hands the pair to the child's backward_relu where it has one
-** (no ReLU pass, and no gradient at the child's output).
+** except that the combined walk hands the pair to the fusion's backward where it has one (no ReLU
+** pass, and no gradient at the child's output).
 */
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 
 #include "base/error.h"
+#include "nn/fusion.h"
 #include "nn/layer.h"
 #include "nn/layer_util.h"
 
@@ -27,7 +28,7 @@ typedef struct sequential {
   size_t *first_buffer; /* [n + 1]: the same for buffers */
   lamp_tensor **acts;  /* [n - 1]: output of child i, the input of child i + 1 (NULL when fused[i]) */
   lamp_tensor **grads; /* [n - 1]: dL/d acts[i] */
-  unsigned char *fused; /* [n]: child i runs with the ReLU after it as one forward */
+  const lamp_fusion **fused; /* [n]: child i runs with the ReLU after it as one operation, or NULL */
   int forwarded;        /* a forward has run: backward has activations to work from */
 } sequential;
 
@@ -161,37 +162,22 @@ static lamp_status output_tensor(sequential *s, size_t i, const lamp_exec *exec,
   return st;
 }
 
-/* The children in order; with skip, the last one closes a residual block (forward_add_relu). */
-static lamp_status forward_walk(sequential *s, const lamp_exec *exec, const lamp_tensor *x, const lamp_tensor *skip,
-                                lamp_tensor *y) {
+/* The children in order, a fused pair as one operation. */
+static lamp_status seq_forward(lamp_layer *layer, const lamp_exec *exec, const lamp_tensor *x, lamp_tensor *y) {
+  sequential *s = (sequential *)layer;
   const lamp_tensor *in = x;
   s->forwarded = 0;
   for (size_t i = 0; i < s->n; i++) {
     lamp_layer *c = s->children[i];
     lamp_tensor *out;
     lamp_status st = output_tensor(s, i, exec, in, y, &out);
-    if (st == LAMP_OK && skip != NULL && i + 1 == s->n) st = c->ops->forward_add_relu(c, exec, in, skip, out);
-    else if (st == LAMP_OK) st = s->fused[i] ? c->ops->forward_relu(c, exec, in, out) : c->ops->forward(c, exec, in, out);
+    if (st == LAMP_OK) st = s->fused[i] ? s->fused[i]->forward(c, exec, in, out) : c->ops->forward(c, exec, in, out);
     if (st != LAMP_OK) return st;
     in = out;
     if (s->fused[i]) i++;
   }
   s->forwarded = 1;
   return LAMP_OK;
-}
-
-static lamp_status seq_forward(lamp_layer *layer, const lamp_exec *exec, const lamp_tensor *x, lamp_tensor *y) {
-  return forward_walk((sequential *)layer, exec, x, NULL, y);
-}
-
-/* Offered through the last child, which is then handed y (the rectified sum) in backward. */
-static lamp_status seq_forward_add_relu(lamp_layer *layer, const lamp_exec *exec, const lamp_tensor *x,
-                                        const lamp_tensor *skip, lamp_tensor *y) {
-  sequential *s = (sequential *)layer;
-  if (!lamp_layer_offers_add_relu(layer))
-    return lamp_error(LAMP_ERR_UNSUPPORTED, "Sequential: its last child (%s) cannot close a residual block",
-                      s->n > 0 ? s->children[s->n - 1]->ops->type : "none");
-  return forward_walk(s, exec, x, skip, y);
 }
 
 /* Where child i's input gradient goes: dx for the first child, else a buffer shaped like its input. */
@@ -228,10 +214,8 @@ static lamp_status seq_backward_input(lamp_layer *layer, const lamp_exec *exec, 
   return LAMP_OK;
 }
 
-/* Child i and the ReLU fused after it go back as one call (backward_relu). */
-static int backward_with_relu(const sequential *s, size_t i) {
-  return s->fused[i] && s->children[i]->ops->backward_relu != NULL;
-}
+/* Child i and the ReLU fused after it go back as one call. */
+static int backward_with_relu(const sequential *s, size_t i) { return s->fused[i] && s->fused[i]->backward != NULL; }
 
 /*
 ** The combined walk, last child first: each child's parameter gradients are accumulated and
@@ -253,7 +237,7 @@ static lamp_status seq_backward(lamp_layer *layer, const lamp_exec *exec, const 
     if (st != LAMP_OK) return st;
     size_t child_first = first_param + s->first_param[i];
     if (backward_with_relu(s, i)) {
-      st = c->ops->backward_relu(c, exec, in, out, dout, din, child_first);
+      st = s->fused[i]->backward(c, exec, in, out, dout, din, child_first);
     } else if (c->ops->backward != NULL) {
       st = c->ops->backward(c, exec, in, out, dout, din, child_first);
     } else {
@@ -373,7 +357,6 @@ static const lamp_layer_ops sequential_ops = {
     .bind_buffer = seq_bind_buffer,
     .child_count = seq_child_count,
     .child = seq_child,
-    .forward_add_relu = seq_forward_add_relu,
 };
 
 static lamp_status check_children(lamp_layer *const *children, size_t n) {
@@ -411,7 +394,7 @@ lamp_status lamp_sequential_new(lamp_layer **out, lamp_layer *const *children, s
     s->children[i] = lamp_layer_retain(children[i]);
     s->first_param[i + 1] = s->first_param[i] + children[i]->ops->param_count(children[i]);
     s->first_buffer[i + 1] = s->first_buffer[i] + lamp_layer_buffer_count(children[i]);
-    s->fused[i] = i + 1 < n && children[i]->ops->forward_relu != NULL && lamp_layer_is_relu(children[i + 1]);
+    s->fused[i] = i + 1 < n ? lamp_fusion_with_relu(children[i], children[i + 1]) : NULL;
   }
   *out = &s->base;
   return LAMP_OK;

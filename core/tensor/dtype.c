@@ -38,10 +38,3 @@ int lamp_dtype_parse(const char *name, lamp_dtype *out) {
   return -1;
 }
 
-const char *lamp_device_name(lamp_device device) {
-  switch (device) {
-  case LAMP_CPU: return "cpu";
-  case LAMP_CUDA: return "cuda";
-  default: return "?";
-  }
-}

@@ -14,7 +14,4 @@ const char *lamp_dtype_name(lamp_dtype dtype);
 /* Parses a name ("fp16" and "float16" are accepted for f16); returns 0 on success. */
 int lamp_dtype_parse(const char *name, lamp_dtype *out);
 
-/* "cpu", "cuda". */
-const char *lamp_device_name(lamp_device device);
-
 #endif

@@ -14,8 +14,9 @@
 
 #include <string.h>
 
+#include "base/cpu.h"
+
 #if defined(__x86_64__) || defined(__i386__)
-#include <cpuid.h>
 #include <immintrin.h>
 #define LAMP_HAVE_X86 1
 #endif
@@ -198,30 +199,15 @@ __attribute__((target("avx512f"))) static void f16_to_f32_avx512(float *dst, con
   _mm256_zeroupper();
 }
 
-#if defined(__clang__)
-/* clang (14 at least) does not know the "f16c" feature name: ask CPUID directly, and XGETBV
-   whether the OS saves the XMM and YMM registers (which F16C's 256-bit forms use). */
-static int have_f16c(void) {
-  unsigned eax, ebx, ecx, edx, xcr0_lo, xcr0_hi;
-  if (!__get_cpuid(1, &eax, &ebx, &ecx, &edx)) return 0;
-  if (!(ecx & bit_F16C) || !(ecx & bit_AVX) || !(ecx & bit_OSXSAVE)) return 0;
-  __asm__ volatile("xgetbv" : "=a"(xcr0_lo), "=d"(xcr0_hi) : "c"(0));
-  (void)xcr0_hi;
-  return (xcr0_lo & 6u) == 6u;
-}
-#else
-/* libgcc reports f16c only where the OS saves the AVX registers; asking for both is cheap. */
-static int have_f16c(void) { return __builtin_cpu_supports("f16c") && __builtin_cpu_supports("avx"); }
-#endif
 #endif
 
 void lamp_f32_to_f16_n(uint16_t *dst, const float *src, size_t n) {
 #ifdef LAMP_HAVE_X86
-  if (__builtin_cpu_supports("avx512f")) {
+  if (lamp_cpu_has(LAMP_ISA_AVX512F)) {
     f32_to_f16_avx512(dst, src, n);
     return;
   }
-  if (have_f16c()) {
+  if (lamp_cpu_has(LAMP_ISA_F16C)) {
     f32_to_f16_f16c(dst, src, n);
     return;
   }
@@ -231,11 +217,11 @@ void lamp_f32_to_f16_n(uint16_t *dst, const float *src, size_t n) {
 
 void lamp_f16_to_f32_n(float *dst, const uint16_t *src, size_t n) {
 #ifdef LAMP_HAVE_X86
-  if (__builtin_cpu_supports("avx512f")) {
+  if (lamp_cpu_has(LAMP_ISA_AVX512F)) {
     f16_to_f32_avx512(dst, src, n);
     return;
   }
-  if (have_f16c()) {
+  if (lamp_cpu_has(LAMP_ISA_F16C)) {
     f16_to_f32_f16c(dst, src, n);
     return;
   }
@@ -319,11 +305,11 @@ __attribute__((target("avx2"))) static void bf16_to_f32_avx2(float *dst, const u
 
 void lamp_f32_to_bf16_n(uint16_t *dst, const float *src, size_t n) {
 #ifdef LAMP_HAVE_X86
-  if (__builtin_cpu_supports("avx512f")) {
+  if (lamp_cpu_has(LAMP_ISA_AVX512F)) {
     f32_to_bf16_avx512(dst, src, n);
     return;
   }
-  if (__builtin_cpu_supports("avx2")) {
+  if (lamp_cpu_has(LAMP_ISA_AVX2)) {
     f32_to_bf16_avx2(dst, src, n);
     return;
   }
@@ -333,11 +319,11 @@ void lamp_f32_to_bf16_n(uint16_t *dst, const float *src, size_t n) {
 
 void lamp_bf16_to_f32_n(float *dst, const uint16_t *src, size_t n) {
 #ifdef LAMP_HAVE_X86
-  if (__builtin_cpu_supports("avx512f")) {
+  if (lamp_cpu_has(LAMP_ISA_AVX512F)) {
     bf16_to_f32_avx512(dst, src, n);
     return;
   }
-  if (__builtin_cpu_supports("avx2")) {
+  if (lamp_cpu_has(LAMP_ISA_AVX2)) {
     bf16_to_f32_avx2(dst, src, n);
     return;
   }
@@ -399,11 +385,11 @@ __attribute__((target("avx2"))) static void round_bf16_avx2(float *dst, const fl
 
 static void round_bf16(float *dst, const float *src, size_t n, int add) {
 #ifdef LAMP_HAVE_X86
-  if (__builtin_cpu_supports("avx512f")) {
+  if (lamp_cpu_has(LAMP_ISA_AVX512F)) {
     round_bf16_avx512(dst, src, n, add);
     return;
   }
-  if (__builtin_cpu_supports("avx2")) {
+  if (lamp_cpu_has(LAMP_ISA_AVX2)) {
     round_bf16_avx2(dst, src, n, add);
     return;
   }
@@ -455,11 +441,11 @@ __attribute__((target("f16c,avx"))) static void round_f16_f16c(float *dst, const
 
 static void round_f16(float *dst, const float *src, size_t n, int add) {
 #ifdef LAMP_HAVE_X86
-  if (__builtin_cpu_supports("avx512f")) {
+  if (lamp_cpu_has(LAMP_ISA_AVX512F)) {
     round_f16_avx512(dst, src, n, add);
     return;
   }
-  if (have_f16c()) {
+  if (lamp_cpu_has(LAMP_ISA_F16C)) {
     round_f16_f16c(dst, src, n, add);
     return;
   }

@@ -16,6 +16,7 @@
 #include <cmocka.h>
 
 #include "backend/backend.h"
+#include "backend/cpu/cpu_backend.h"
 #include "base/error.h"
 #include "tensor/dtype.h"
 #include "tensor/half.h"
@@ -59,14 +60,14 @@ static void same_bits(const void *x, const void *y, size_t bytes, const char *wh
 static void check_reduce(data *d, lamp_dtype dtype, size_t hw, const lamp_relu_mask *mask) {
   double s16[C], d16[C], s32[C], d32[C];
   if (mask != NULL) {
-    assert_int_equal(lamp_channel_reduce_masked(LAMP_CPU, d->a16, dtype, d->b16, dtype, center, mask, N, C, hw, s16,
+    assert_int_equal(lamp_cpu_channel_reduce_masked(d->a16, dtype, d->b16, dtype, center, mask, N, C, hw, s16,
                                                 d16), LAMP_OK);
-    assert_int_equal(lamp_channel_reduce_masked(LAMP_CPU, d->a32, LAMP_F32, d->b32, LAMP_F32, center, mask, N, C,
+    assert_int_equal(lamp_cpu_channel_reduce_masked(d->a32, LAMP_F32, d->b32, LAMP_F32, center, mask, N, C,
                                                 hw, s32, d32), LAMP_OK);
   } else {
-    assert_int_equal(lamp_channel_reduce(LAMP_CPU, d->a16, dtype, center, d->b16, dtype, center, N, C, hw, s16, d16),
+    assert_int_equal(lamp_cpu_channel_reduce(d->a16, dtype, center, d->b16, dtype, center, N, C, hw, s16, d16),
                      LAMP_OK);
-    assert_int_equal(lamp_channel_reduce(LAMP_CPU, d->a32, LAMP_F32, center, d->b32, LAMP_F32, center, N, C, hw, s32,
+    assert_int_equal(lamp_cpu_channel_reduce(d->a32, LAMP_F32, center, d->b32, LAMP_F32, center, N, C, hw, s32,
                                          d32), LAMP_OK);
   }
   same_bits(s16, s32, sizeof s16, mask ? "channel_reduce_masked sum" : "channel_reduce sum", dtype, hw);
@@ -115,20 +116,20 @@ static void affine_and_combine_read_16_bit_inputs_exactly(void **state) {
       fill(d.a16, d.a32, n, dt);
       fill(d.b16, d.b32, n, dt);
       for (int relu = 0; relu < 2; relu++) {
-        assert_int_equal(lamp_channel_affine(LAMP_CPU, d.out16, dt, d.a16, dt, scale, shift, N, C, hw, relu), LAMP_OK);
-        assert_int_equal(lamp_channel_affine(LAMP_CPU, want, dt, d.a32, LAMP_F32, scale, shift, N, C, hw, relu),
+        assert_int_equal(lamp_cpu_channel_affine(d.out16, dt, d.a16, dt, scale, shift, N, C, hw, relu), LAMP_OK);
+        assert_int_equal(lamp_cpu_channel_affine(want, dt, d.a32, LAMP_F32, scale, shift, N, C, hw, relu),
                          LAMP_OK);
         same_bits(d.out16, want, n * sizeof *want, "channel_affine", dt, hw);
       }
       lamp_relu_mask mask = {scale, shift, dt == LAMP_F16 ? LAMP_F16_ZERO_BOUND : LAMP_BF16_ZERO_BOUND};
-      assert_int_equal(lamp_channel_combine_typed(LAMP_CPU, d.out16, dt, d.a16, dt, d.b16, dt, p, q, r, N, C, hw),
+      assert_int_equal(lamp_cpu_channel_combine_typed(d.out16, dt, d.a16, dt, d.b16, dt, p, q, r, N, C, hw),
                        LAMP_OK);
-      assert_int_equal(lamp_channel_combine_typed(LAMP_CPU, want, dt, d.a32, LAMP_F32, d.b32, LAMP_F32, p, q, r, N, C,
+      assert_int_equal(lamp_cpu_channel_combine_typed(want, dt, d.a32, LAMP_F32, d.b32, LAMP_F32, p, q, r, N, C,
                                                   hw), LAMP_OK);
       same_bits(d.out16, want, n * sizeof *want, "channel_combine", dt, hw);
-      assert_int_equal(lamp_channel_combine_masked(LAMP_CPU, d.out16, dt, d.a16, dt, d.b16, dt, p, q, r, &mask, N, C,
+      assert_int_equal(lamp_cpu_channel_combine_masked(d.out16, dt, d.a16, dt, d.b16, dt, p, q, r, &mask, N, C,
                                                    hw), LAMP_OK);
-      assert_int_equal(lamp_channel_combine_masked(LAMP_CPU, d.out32, LAMP_F32, d.a32, LAMP_F32, d.b32, LAMP_F32, p,
+      assert_int_equal(lamp_cpu_channel_combine_masked(d.out32, LAMP_F32, d.a32, LAMP_F32, d.b32, LAMP_F32, p,
                                                    q, r, &mask, N, C, hw), LAMP_OK);
       for (size_t i = 0; i < n; i++) { /* the masked combine against its definition */
         size_t k = i / hw % C;
@@ -145,11 +146,11 @@ static void errors_name_the_kernel(void **state) {
   (void)state;
   double s[C], dd[C];
   float x[4] = {0};
-  assert_int_equal(lamp_channel_reduce(LAMP_CPU, x, LAMP_I32, NULL, NULL, LAMP_F32, NULL, 1, 1, 4, s, dd),
+  assert_int_equal(lamp_cpu_channel_reduce(x, LAMP_I32, NULL, NULL, LAMP_F32, NULL, 1, 1, 4, s, dd),
                    LAMP_ERR_UNSUPPORTED);
   assert_string_equal(lamp_last_error(),
                       "channel_reduce: dtype i32 not supported for a (expected f32, f16 or bf16)");
-  assert_int_equal(lamp_channel_reduce_masked(LAMP_CPU, x, LAMP_F32, NULL, LAMP_F32, NULL, NULL, 1, 1, 4, s, dd),
+  assert_int_equal(lamp_cpu_channel_reduce_masked(x, LAMP_F32, NULL, LAMP_F32, NULL, NULL, 1, 1, 4, s, dd),
                    LAMP_ERR_INVALID_ARG);
   assert_string_equal(lamp_last_error(),
                       "channel_reduce_masked: the mask's input b and the mask are required");

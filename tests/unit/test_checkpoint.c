@@ -25,7 +25,7 @@
 
 #define TMP LAMP_TEST_TMP_DIR "/checkpoint"
 
-static size_t workspace_bytes(void) { return lamp_ledger_get(LAMP_MEM_WORKSPACE).current; }
+static size_t workspace_bytes(void) { return lamp_ledger_get(LAMP_HOST, LAMP_MEM_WORKSPACE).current; }
 
 static uint32_t get_u32(const uint8_t *p) { return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24; }
 static void put_u32(uint8_t *p, uint32_t v) { for (int i = 0; i < 4; i++) p[i] = (uint8_t)(v >> (8 * i)); }
@@ -540,7 +540,7 @@ static void test_huge_dimension(void **state) {
   expect_refused(buf, len, LAMP_ERR_INVALID_USAGE,
                  "header line 2: tensor 'big' f32[1000000, 1000000] needs 4000000000000 bytes, more than the whole data "
                  "section (64 bytes)");
-  assert_true(lamp_ledger_get(LAMP_MEM_WORKSPACE).peak - before <= len + 4096);
+  assert_true(lamp_ledger_get(LAMP_HOST, LAMP_MEM_WORKSPACE).peak - before <= len + 4096);
   free(buf);
   expect_header_refused("blob big 18446744073709551615 0 00000000\n", 0,
                         "header line 1: blob 'big' of 18446744073709551615 bytes is larger than the whole data section (0 "

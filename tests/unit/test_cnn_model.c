@@ -110,7 +110,7 @@ static void rig_free(rig *r) {
 
 static void test_buffer_table(void **state) {
   (void)state;
-  size_t p0 = lamp_ledger_get(LAMP_MEM_PARAMS).current;
+  size_t p0 = lamp_ledger_get(LAMP_HOST, LAMP_MEM_PARAMS).current;
   lamp_model *m = model_of(resnet(), &FP32);
   /* 6 BatchNorms x (running_mean, running_var, num_batches_tracked) */
   assert_int_equal(lamp_model_n_buffers(m), 18);
@@ -133,7 +133,7 @@ static void test_buffer_table(void **state) {
   assert_int_equal(lamp_tensor_numel(slab), offset);
   assert_int_equal(offset, 2 * (16 * 3 + 32 * 3) + 6);
   /* parameters and buffers are charged to params */
-  assert_int_equal(lamp_ledger_get(LAMP_MEM_PARAMS).current - p0, (lamp_model_numel(m) + offset) * 4);
+  assert_int_equal(lamp_ledger_get(LAMP_HOST, LAMP_MEM_PARAMS).current - p0, (lamp_model_numel(m) + offset) * 4);
   /* the table's parameters: BatchNorm's are fp32-only and do not decay */
   for (size_t i = 0; i < lamp_model_n_params(m); i++) {
     const lamp_model_param *p = lamp_model_param_at(m, i);
@@ -269,12 +269,12 @@ static void test_resnet_steps_under_policies(void **state) {
 /* ---- memory ------------------------------------------------------------------------------ */
 
 static size_t activation_bytes(int64_t batch) {
-  size_t a0 = lamp_ledger_get(LAMP_MEM_ACTIVATIONS).current;
+  size_t a0 = lamp_ledger_get(LAMP_HOST, LAMP_MEM_ACTIVATIONS).current;
   rig r = rig_new(&FP32, batch);
   rig_step(&r, &FP32);
-  size_t used = lamp_ledger_get(LAMP_MEM_ACTIVATIONS).current - a0;
+  size_t used = lamp_ledger_get(LAMP_HOST, LAMP_MEM_ACTIVATIONS).current - a0;
   rig_free(&r);
-  assert_int_equal(lamp_ledger_get(LAMP_MEM_ACTIVATIONS).current, a0); /* all returned */
+  assert_int_equal(lamp_ledger_get(LAMP_HOST, LAMP_MEM_ACTIVATIONS).current, a0); /* all returned */
   return used;
 }
 
@@ -295,10 +295,10 @@ static void test_steady_state(void **state) {
   rig_step(&r, &FP32);
   lamp_ledger_entry before[LAMP_MEM_TAG_COUNT + 1];
   lamp_ledger_reset_peaks();
-  for (int t = 0; t <= LAMP_MEM_TAG_COUNT; t++) before[t] = lamp_ledger_get((lamp_mem_tag)t);
+  for (int t = 0; t <= LAMP_MEM_TAG_COUNT; t++) before[t] = lamp_ledger_get(LAMP_HOST, (lamp_mem_tag)t);
   for (int i = 0; i < 2; i++) rig_step(&r, &FP32);
   for (int t = 0; t <= LAMP_MEM_TAG_COUNT; t++) {
-    lamp_ledger_entry now = lamp_ledger_get((lamp_mem_tag)t);
+    lamp_ledger_entry now = lamp_ledger_get(LAMP_HOST, (lamp_mem_tag)t);
     if (now.current != before[t].current || now.peak != before[t].peak)
       fail_msg("%s: current %zu -> %zu, peak %zu -> %zu", lamp_mem_tag_name((lamp_mem_tag)t), before[t].current,
                now.current, before[t].peak, now.peak);

@@ -19,6 +19,7 @@
 #include <cmocka.h>
 
 #include "backend/backend.h"
+#include "backend/cpu/cpu_backend.h"
 #include "tensor/dtype.h"
 #include "tensor/half.h"
 
@@ -70,10 +71,10 @@ static float reference_output(const float *x, const float *wt, size_t ldw, const
 
 static void check_forward(const shape *s, lamp_dtype dtype) {
   lamp_conv_geom g = geometry(s);
-  size_t plane = s->h * s->w, ld_out = plane + 3, ldw = lamp_conv_direct_width(s->n_out);
+  size_t plane = s->h * s->w, ld_out = plane + 3, ldw = lamp_cpu_conv_direct_width(s->n_out);
   size_t nx = s->channels * plane, nw = s->channels * 9 * ldw, nout = s->n_out * ld_out + 16;
   float *x = malloc(nx * sizeof *x), *wt = calloc(nw, sizeof *wt), *out = malloc(nout * sizeof *out);
-  float *work = malloc((lamp_conv_direct_work(&g) + 1) * sizeof *work);
+  float *work = malloc((lamp_cpu_conv_direct_work(&g) + 1) * sizeof *work);
   uint16_t *x16 = malloc(nx * sizeof *x16);
   assert_non_null(x), assert_non_null(wt), assert_non_null(out), assert_non_null(work), assert_non_null(x16);
   for (size_t k = 0; k < nx; k++) x[k] = next_value();
@@ -85,7 +86,7 @@ static void check_forward(const shape *s, lamp_dtype dtype) {
     for (size_t o = 0; o < s->n_out; o++) wt[r * ldw + o] = next_value();
   for (size_t k = 0; k < nout; k++) out[k] = GUARD;
   const void *input = dtype == LAMP_F32 ? (const void *)x : (const void *)x16;
-  assert_int_equal(lamp_conv_direct_typed(LAMP_CPU, out, ld_out, input, dtype, wt, ldw, s->n_out, &g, work), LAMP_OK);
+  assert_int_equal(lamp_cpu_conv_direct_typed(out, ld_out, input, dtype, wt, ldw, s->n_out, &g, work), LAMP_OK);
   for (size_t o = 0; o < s->n_out; o++) {
     for (size_t p = 0; p < plane; p++) {
       float want = reference_output(x, wt, ldw, s, o, p), got = out[o * ld_out + p];
@@ -102,7 +103,7 @@ static void check_forward(const shape *s, lamp_dtype dtype) {
 static void forward_matches_reference_bit_for_bit(void **state) {
   (void)state;
   lamp_conv_geom probe = geometry(&shapes[0]);
-  if (!lamp_conv_direct_supported(LAMP_CPU, &probe)) skip();
+  if (!lamp_cpu_conv_direct_supported(&probe)) skip();
   for (size_t k = 0; k < sizeof shapes / sizeof *shapes; k++) {
     check_forward(&shapes[k], LAMP_F32);
     check_forward(&shapes[k], LAMP_BF16);
@@ -115,16 +116,16 @@ static void check_gradient(const shape *s) {
   lamp_conv_geom g = geometry(s);
   size_t plane = s->h * s->w, rows = s->channels * 9, nx = s->channels * plane;
   float *x = malloc(nx * sizeof *x), *dy = malloc(s->n_out * plane * sizeof *dy);
-  float *acc = malloc(lamp_conv_direct_grad_acc(&g, s->n_out) * sizeof *acc);
-  float *work = aligned_alloc(64, (lamp_conv_direct_grad_work(&g, s->n_out) * sizeof(float) + 63) / 64 * 64);
+  float *acc = malloc(lamp_cpu_conv_direct_grad_acc(&g, s->n_out) * sizeof *acc);
+  float *work = aligned_alloc(64, (lamp_cpu_conv_direct_grad_work(&g, s->n_out) * sizeof(float) + 63) / 64 * 64);
   float *gw = malloc(s->n_out * rows * sizeof *gw);
   assert_non_null(x), assert_non_null(dy), assert_non_null(acc), assert_non_null(work), assert_non_null(gw);
   for (size_t k = 0; k < nx; k++) x[k] = next_value();
   for (size_t k = 0; k < s->n_out * plane; k++) dy[k] = next_value();
   /* twice, accumulating: the sums are those of two identical images */
-  assert_int_equal(lamp_conv_direct_grad(LAMP_CPU, acc, x, dy, s->n_out, &g, work, 0), LAMP_OK);
-  assert_int_equal(lamp_conv_direct_grad(LAMP_CPU, acc, x, dy, s->n_out, &g, work, 1), LAMP_OK);
-  assert_int_equal(lamp_conv_direct_grad_reduce(LAMP_CPU, gw, rows, acc, s->n_out, rows, 0), LAMP_OK);
+  assert_int_equal(lamp_cpu_conv_direct_grad(acc, x, dy, s->n_out, &g, work, 0), LAMP_OK);
+  assert_int_equal(lamp_cpu_conv_direct_grad(acc, x, dy, s->n_out, &g, work, 1), LAMP_OK);
+  assert_int_equal(lamp_cpu_conv_direct_grad_reduce(gw, rows, acc, s->n_out, rows, 0), LAMP_OK);
   for (size_t o = 0; o < s->n_out; o++)
     for (size_t r = 0; r < rows; r++) {
       size_t c = r / 9, i = r / 3 % 3, j = r % 3;
@@ -146,7 +147,7 @@ static void check_gradient(const shape *s) {
 static void gradient_matches_reference(void **state) {
   (void)state;
   lamp_conv_geom probe = geometry(&shapes[0]);
-  if (!lamp_conv_direct_supported(LAMP_CPU, &probe)) skip();
+  if (!lamp_cpu_conv_direct_supported(&probe)) skip();
   for (size_t k = 0; k < sizeof shapes / sizeof *shapes; k++) check_gradient(&shapes[k]);
 }
 

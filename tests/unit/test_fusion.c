@@ -1,9 +1,8 @@
 /*
-** Sequential runs a BatchNorm2d or a Residual that is followed by a ReLU as one fused forward
-** (forward_relu): one pass and one stored activation fewer; such a Residual has its block's last
-** BatchNorm close the sum and the ReLU (forward_add_relu), one pass and activation fewer again. The reference ResNet is trained one
-** step fused and unfused (each fusable layer wrapped alone in a Sequential, which does not offer
-** forward_relu), under fp32, bf16 and fp16: outputs, loss, gradients and running statistics must
+** Sequential runs a BatchNorm2d or a Residual that is followed by a ReLU as one fused operation
+** (nn/fusion.h): one pass and one stored activation fewer. The reference ResNet is trained one
+** step fused and unfused (each fusable layer wrapped alone in a Sequential, which does not fuse),
+** under fp32, bf16 and fp16: outputs, loss, gradients and running statistics must
 ** agree bit for bit, through the combined backward and through backward_input followed by
 ** accumulate_grads, and the activation ledger must be smaller by exactly the outputs not stored
 ** (and, in the combined walk, where a BatchNorm applies its ReLU's mask itself, by the gradients
@@ -19,6 +18,7 @@
 #include <math.h>
 #include <string.h>
 
+#include "nn/fusion.h"
 #include "nn/layer.h"
 #include "nn/loss.h"
 #include "nn/model.h"
@@ -59,10 +59,8 @@ static lamp_layer *block(int64_t in, int64_t c, int wrap) {
 }
 
 /* The reference ResNet, plus a projecting block; the fused pairs store these outputs fewer per
-   image: three of 4x8x8 (stem BatchNorm, block 1's inner BatchNorm, block 1) and two of 8x4x4;
-   and each block's own output (its last BatchNorm's, which closes the sum: forward_add_relu),
-   one of 4x8x8 and one of 8x4x4. */
-#define SAVED_PER_IMAGE (3 * 4 * 8 * 8 + 2 * 8 * 4 * 4 + 4 * 8 * 8 + 8 * 4 * 4)
+   image: three of 4x8x8 (stem BatchNorm, block 1's inner BatchNorm, block 1) and two of 8x4x4. */
+#define SAVED_PER_IMAGE (3 * 4 * 8 * 8 + 2 * 8 * 4 * 4)
 /* The combined walk also forms no gradient at the outputs of the BatchNorms fused with a ReLU:
    two of 4x8x8 (stem, block 1's inner one) and one of 8x4x4 (block 2's inner one). */
 #define GRADS_SAVED_PER_IMAGE (2 * 4 * 8 * 8 + 8 * 4 * 4)
@@ -92,7 +90,7 @@ static lamp_tensor *copy_of(const lamp_tensor *t) {
 
 /* One forward and backward of BATCH images; split: backward_input then accumulate_grads. */
 static run step(const lamp_model_config *cfg, int wrap, int split) {
-  size_t before = lamp_ledger_get(LAMP_MEM_ACTIVATIONS).current;
+  size_t before = lamp_ledger_get(LAMP_HOST, LAMP_MEM_ACTIVATIONS).current;
   run r = {.root = net(wrap)};
   OK(lamp_model_new(&r.m, r.root));
   OK(lamp_model_build(r.m, cfg));
@@ -117,7 +115,7 @@ static run step(const lamp_model_config *cfg, int wrap, int split) {
   } else {
     OK(lamp_model_backward_fresh(r.m, dy));
   }
-  r.activations = lamp_ledger_get(LAMP_MEM_ACTIVATIONS).current - before;
+  r.activations = lamp_ledger_get(LAMP_HOST, LAMP_MEM_ACTIVATIONS).current - before;
   r.out = copy_of(y);
   r.grads = copy_of(lamp_model_grads(r.m));
   r.buffers = copy_of(lamp_model_buffers(r.m));
@@ -241,28 +239,29 @@ static void test_mask_where_outputs_round_to_zero(void **state) {
   check_zero_bound(&FP32, 0.0f);
 }
 
-/* Only a layer that offers forward_relu fuses, and only with a ReLU: a Linear does not. */
+/* Only a BatchNorm2d or a Residual fuses, and only with a ReLU after it; a container does not. */
 static void test_what_fuses(void **state) {
   (void)state;
-  lamp_layer *r = relu(), *b = bn(4, 0), *l = linear(4, 4);
+  lamp_layer *r = relu(), *b = bn(4, 0), *l = linear(4, 4), *wrapped = bn(4, 1), *res = block(4, 4, 0);
   assert_true(lamp_layer_is_relu(r));
   assert_false(lamp_layer_is_relu(b));
-  assert_non_null(b->ops->forward_relu);
-  assert_non_null(b->ops->backward_relu);
-  assert_true(lamp_layer_offers_add_relu(b));
-  lamp_layer *ends_in_bn = seq(2, (lamp_layer *[]){linear(4, 4), bn(4, 0)});
-  lamp_layer *ends_in_relu = seq(2, (lamp_layer *[]){bn(4, 0), relu()});
-  assert_true(lamp_layer_offers_add_relu(ends_in_bn));
-  assert_false(lamp_layer_offers_add_relu(ends_in_relu)); /* a fused BatchNorm + ReLU pair at the end */
-  assert_false(lamp_layer_offers_add_relu(r));
-  assert_false(lamp_layer_offers_add_relu(l));
-  lamp_layer_release(ends_in_bn);
-  lamp_layer_release(ends_in_relu);
-  assert_null(l->ops->forward_relu);
-  assert_null(r->ops->forward_relu);
+  const lamp_fusion *f = lamp_fusion_with_relu(b, r);
+  assert_non_null(f);
+  assert_string_equal(f->name, "BatchNorm2d+ReLU");
+  assert_non_null(f->backward);
+  f = lamp_fusion_with_relu(res, r);
+  assert_non_null(f);
+  assert_string_equal(f->name, "Residual+ReLU");
+  assert_null(f->backward); /* the pair goes back one by one */
+  assert_null(lamp_fusion_with_relu(b, l));
+  assert_null(lamp_fusion_with_relu(l, r));
+  assert_null(lamp_fusion_with_relu(wrapped, r));
+  assert_null(lamp_fusion_with_relu(r, r));
   lamp_layer_release(r);
   lamp_layer_release(b);
   lamp_layer_release(l);
+  lamp_layer_release(wrapped);
+  lamp_layer_release(res);
 }
 
 int main(void) {

@@ -285,16 +285,16 @@ static void bad_strides_and_devices_are_errors(void **state) {
 /* The 16-bit path reuses one workspace: a repeat call allocates nothing more. */
 static void workspace_is_reused_and_released(void **state) {
   (void)state;
-  lamp_cpu_gemm_release_workspace();
-  size_t before = lamp_ledger_get(LAMP_MEM_WORKSPACE).current;
+  lamp_cpu_workspace_release();
+  size_t before = lamp_ledger_get(LAMP_HOST, LAMP_MEM_WORKSPACE).current;
   gemm_case t = {0, 0, 16, 16, 16, 1.0f, 0.0f, LAMP_F16, LAMP_F16, LAMP_F16, EXACT, 0};
   run_case(&t);
-  size_t held = lamp_ledger_get(LAMP_MEM_WORKSPACE).current;
+  size_t held = lamp_ledger_get(LAMP_HOST, LAMP_MEM_WORKSPACE).current;
   assert_true(held >= before + 3 * 16 * 16 * sizeof(float));
   run_case(&t);
-  assert_int_equal(lamp_ledger_get(LAMP_MEM_WORKSPACE).current, held);
-  lamp_cpu_gemm_release_workspace();
-  assert_int_equal(lamp_ledger_get(LAMP_MEM_WORKSPACE).current, before);
+  assert_int_equal(lamp_ledger_get(LAMP_HOST, LAMP_MEM_WORKSPACE).current, held);
+  lamp_cpu_workspace_release();
+  assert_int_equal(lamp_ledger_get(LAMP_HOST, LAMP_MEM_WORKSPACE).current, before);
 }
 
 int main(void) {

@@ -14,9 +14,9 @@
 #include <string.h>
 
 #include <cmocka.h>
-#include <cpuid.h>
 #include <immintrin.h>
 
+#include "base/cpu.h"
 #include "tensor/half.h"
 
 /* ---- helpers ----------------------------------------------------------------------------- */
@@ -35,22 +35,6 @@ static float float_of(uint32_t u) {
 
 static int f16_is_nan(uint16_t h) { return (h & 0x7fffu) > 0x7c00u; }
 static int bf16_is_nan(uint16_t h) { return (h & 0x7fffu) > 0x7f80u; }
-
-#if defined(__clang__)
-/* clang (14 at least) does not know the "f16c" feature name: ask CPUID and XGETBV directly. */
-static int have_f16c(void) {
-  unsigned eax, ebx, ecx, edx, xcr0_lo, xcr0_hi;
-  if (!__get_cpuid(1, &eax, &ebx, &ecx, &edx)) return 0;
-  if (!(ecx & bit_F16C) || !(ecx & bit_AVX) || !(ecx & bit_OSXSAVE)) return 0;
-  __asm__ volatile("xgetbv" : "=a"(xcr0_lo), "=d"(xcr0_hi) : "c"(0));
-  (void)xcr0_hi;
-  return (xcr0_lo & 6u) == 6u;
-}
-#else
-static int have_f16c(void) {
-  return __builtin_cpu_supports("f16c") && __builtin_cpu_supports("avx");
-}
-#endif
 
 __attribute__((target("f16c"))) static float f16c_to_f32(uint16_t h) { return _cvtsh_ss(h); }
 
@@ -109,7 +93,7 @@ static int bf16_matches_reference(float x) {
 
 static void f16_to_f32_matches_f16c_on_all_patterns(void **state) {
   (void)state;
-  if (!have_f16c()) skip();
+  if (!lamp_cpu_has(LAMP_ISA_F16C)) skip();
   for (uint32_t h = 0; h < 65536; h++) {
     uint32_t got = bits_of(lamp_f16_to_f32((uint16_t)h));
     uint32_t want = bits_of(f16c_to_f32((uint16_t)h));
@@ -151,7 +135,7 @@ static void f16_to_f32_matches_reference_values(void **state) {
 
 static void f32_to_f16_matches_f16c_on_all_f32_patterns(void **state) {
   (void)state;
-  if (!have_f16c()) skip();
+  if (!lamp_cpu_has(LAMP_ISA_F16C)) skip();
   static float src[SWEEP_CHUNK];
   static uint16_t want[SWEEP_CHUNK];
   uint64_t mismatches = 0;

@@ -143,7 +143,7 @@ static void test_truncated_huge_promise(void **state) {
   size_t before = data_bytes();
   expect_read_error(tmp_path("promise"), LAMP_ERR_INVALID_USAGE,
                     TMP "/promise: truncated: expected 1000000000 data bytes, found 10");
-  assert_true(lamp_ledger_get(LAMP_MEM_DATA).peak - before <= ((size_t)1 << 20));
+  assert_true(lamp_ledger_get(LAMP_HOST, LAMP_MEM_DATA).peak - before <= ((size_t)1 << 20));
 }
 
 static void test_truncated_header(void **state) {

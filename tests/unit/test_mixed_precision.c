@@ -548,14 +548,14 @@ static size_t activation_peak(const char *precision) {
   lamp_rng_seed(&rng, 1);
   fill_uniform(x, &rng, -1.0, 1.0);
   for (size_t i = 0; i < 32; i++) ((int32_t *)lamp_tensor_data(y))[i] = (int32_t)lamp_rng_below(&rng, 10);
-  size_t base = lamp_ledger_get(LAMP_MEM_ACTIVATIONS).current;
+  size_t base = lamp_ledger_get(LAMP_HOST, LAMP_MEM_ACTIVATIONS).current;
   lamp_ledger_reset_peaks();
   rig r;
   rig_open(&r, &spec, seq(3, (lamp_layer *[]){linear(64, 256), relu(), linear(256, 10)}));
   OK(lamp_trainer_step(r.t, x, y));
-  size_t peak = lamp_ledger_get(LAMP_MEM_ACTIVATIONS).peak - base;
+  size_t peak = lamp_ledger_get(LAMP_HOST, LAMP_MEM_ACTIVATIONS).peak - base;
   rig_close(&r);
-  assert_int_equal(lamp_ledger_get(LAMP_MEM_ACTIVATIONS).current, base); /* all given back */
+  assert_int_equal(lamp_ledger_get(LAMP_HOST, LAMP_MEM_ACTIVATIONS).current, base); /* all given back */
   lamp_tensor_release(x);
   lamp_tensor_release(y);
   return peak;

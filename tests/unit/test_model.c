@@ -57,7 +57,7 @@ static lamp_model *model_of(lamp_layer *root, const lamp_model_config *cfg) {
   return m;
 }
 
-static size_t ledger(lamp_mem_tag tag) { return lamp_ledger_get(tag).current; }
+static size_t ledger(lamp_mem_tag tag) { return lamp_ledger_get(LAMP_HOST, tag).current; }
 
 /* ---- the parameter table ---------------------------------------------------------------- */
 
@@ -308,11 +308,11 @@ static void test_bf16_without_masters_loses_small_updates(void **state) {
   (void)state;
   lamp_model_config cfg = BF16_CFG;
   cfg.master_weights = 0;
-  size_t workspace_before = lamp_ledger_get(LAMP_MEM_WORKSPACE).current;
+  size_t workspace_before = lamp_ledger_get(LAMP_HOST, LAMP_MEM_WORKSPACE).current;
   lamp_model *m = model_of(mlp(2, (int64_t[]){4, 3}), &cfg);
   size_t n = lamp_model_numel(m);
   assert_null(lamp_model_master(m));
-  assert_int_equal(lamp_ledger_get(LAMP_MEM_WORKSPACE).current - workspace_before, n * sizeof(float));
+  assert_int_equal(lamp_ledger_get(LAMP_HOST, LAMP_MEM_WORKSPACE).current - workspace_before, n * sizeof(float));
   const uint16_t *w = lamp_tensor_data(lamp_model_weights(m));
   uint16_t before = w[0];
   float *p = lamp_model_trainable(m);
@@ -709,10 +709,10 @@ static void check_steady_state(const lamp_model_config *cfg) {
   step(&f);
   lamp_ledger_entry before[LAMP_MEM_TAG_COUNT + 1];
   lamp_ledger_reset_peaks();
-  for (int t = 0; t <= LAMP_MEM_TAG_COUNT; t++) before[t] = lamp_ledger_get((lamp_mem_tag)t);
+  for (int t = 0; t <= LAMP_MEM_TAG_COUNT; t++) before[t] = lamp_ledger_get(LAMP_HOST, (lamp_mem_tag)t);
   for (int i = 0; i < 3; i++) step(&f);
   for (int t = 0; t <= LAMP_MEM_TAG_COUNT; t++) {
-    lamp_ledger_entry now = lamp_ledger_get((lamp_mem_tag)t);
+    lamp_ledger_entry now = lamp_ledger_get(LAMP_HOST, (lamp_mem_tag)t);
     if (now.current != before[t].current || now.peak != before[t].peak)
       fail_msg("%s: current %zu -> %zu, peak %zu -> %zu", lamp_mem_tag_name((lamp_mem_tag)t), before[t].current,
                now.current, before[t].peak, now.peak);

@@ -51,10 +51,10 @@ static void checked_loop(size_t n, int gap) {
   static record r;
   memset(&r, 0, sizeof r);
   r.n_tasks = n;
-  r.threads = lamp_backend_threads(LAMP_CPU) < n ? lamp_backend_threads(LAMP_CPU) : n;
+  r.threads = lamp_cpu_threads() < n ? lamp_cpu_threads() : n;
   if (gap == 1) pause_us(300); /* longer than the helpers poll: they are asleep */
   if (gap == 2) lamp_cpu_pool_sleep();
-  assert_int_equal(lamp_parallel_for(LAMP_CPU, n, count_task, &r), LAMP_OK);
+  assert_int_equal(lamp_cpu_parallel_for(n, count_task, &r), LAMP_OK);
   for (size_t t = 0; t < n; t++)
     if (atomic_load(&r.runs[t]) != 1) fail_msg("task %zu of %zu ran %d times", t, n, atomic_load(&r.runs[t]));
   if (atomic_load(&r.bad_worker)) fail_msg("a task of %zu ran on another worker than the static split's", n);
@@ -79,7 +79,7 @@ static void failure_carries_its_message(void **state) {
   size_t n = 8;
   for (int i = 0; i < 100; i++) {
     if (i % 2) lamp_cpu_pool_sleep();
-    assert_int_equal(lamp_parallel_for(LAMP_CPU, n, failing_task, &n), LAMP_ERR_INVALID_ARG);
+    assert_int_equal(lamp_cpu_parallel_for(n, failing_task, &n), LAMP_ERR_INVALID_ARG);
     assert_string_equal(lamp_last_error(), "task 7 refused");
   }
   checked_loop(n, 0); /* the pool still works */
@@ -93,7 +93,7 @@ static lamp_status nested_task(void *ctx, size_t worker, size_t task) {
   memset(&inner, 0, sizeof inner);
   inner.n_tasks = 5;
   inner.threads = 1;
-  lamp_status st = lamp_parallel_for(LAMP_CPU, 5, count_task, &inner);
+  lamp_status st = lamp_cpu_parallel_for(5, count_task, &inner);
   for (size_t t = 0; t < 5; t++) atomic_fetch_add(total, atomic_load(&inner.runs[t]));
   if (atomic_load(&inner.bad_worker)) return lamp_error(LAMP_ERR_INTERNAL, "nested loop left its worker");
   return st;
@@ -102,7 +102,7 @@ static lamp_status nested_task(void *ctx, size_t worker, size_t task) {
 static void nested_loops_run_serially(void **state) {
   (void)state;
   atomic_int total = 0;
-  assert_int_equal(lamp_parallel_for(LAMP_CPU, 6, nested_task, &total), LAMP_OK);
+  assert_int_equal(lamp_cpu_parallel_for(6, nested_task, &total), LAMP_OK);
   assert_int_equal(atomic_load(&total), 30);
 }
 

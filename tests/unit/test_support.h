@@ -84,7 +84,7 @@ static inline void write_idx_file(const char *path, int ndim, const uint32_t *di
 }
 
 /* The bytes of data memory in use now. */
-static inline size_t data_bytes(void) { return lamp_ledger_get(LAMP_MEM_DATA).current; }
+static inline size_t data_bytes(void) { return lamp_ledger_get(LAMP_HOST, LAMP_MEM_DATA).current; }
 
 /* Skips the calling test unless the Debian package dataset-fashion-mnist is installed; then
    unsets LAMP_DATA_DIR, so that "fashion-mnist" names the installed files. */

@@ -17,22 +17,14 @@
 #include <cmocka.h>
 
 #include "backend/backend.h"
+#include "backend/cpu/cpu_backend.h"
+#include "base/cpu.h"
 #include "tensor/half.h"
 
 #if defined(__x86_64__)
-#include <cpuid.h>
 
 #define XINUSE_YMM_HI 0x04u /* bit 2: AVX state (upper halves of ymm0-15) */
 #define XINUSE_ZMM_HI 0x40u /* bit 6: ZMM_Hi256 (upper halves of zmm0-15) */
-
-/* XGETBV(1) exists when CPUID.(EAX=0DH, ECX=1):EAX bit 2 says so; AVX too, for vzeroupper. */
-static int can_read_state(void) {
-  unsigned eax, ebx, ecx, edx;
-  if (!__get_cpuid(1, &eax, &ebx, &ecx, &edx) || !(ecx & bit_AVX) || !(ecx & bit_OSXSAVE)) return 0;
-  if (__get_cpuid_max(0, NULL) < 0xd) return 0;
-  __cpuid_count(0xd, 1, eax, ebx, ecx, edx);
-  return (eax & 4u) != 0;
-}
 
 static unsigned xinuse(void) {
   unsigned lo, hi;
@@ -43,7 +35,6 @@ static unsigned xinuse(void) {
 
 static void clean_state(void) { __asm__ volatile("vzeroupper"); }
 #else
-static int can_read_state(void) { return 0; }
 static unsigned xinuse(void) { return 0; }
 static void clean_state(void) {}
 #define XINUSE_YMM_HI 0u
@@ -52,7 +43,7 @@ static void clean_state(void) {}
 
 /* No XGETBV(1) or no AVX: nothing can be left dirty, or nothing can be seen. */
 #define REQUIRE_STATE() \
-  if (!can_read_state()) skip()
+  if (!lamp_cpu_has(LAMP_ISA_XGETBV1)) skip()
 
 /* Asserts the upper halves are clean, naming the kernel when they are not. */
 static void check_clean(const char *kernel, size_t n) {
@@ -124,7 +115,7 @@ static void channel_reduce_leaves_clean_state(void **state) {
       const void *x = dtypes[d] == LAMP_F32 ? (const void *)f32_in : (const void *)u16;
       double sum, dot;
       clean_state();
-      assert_int_equal(lamp_channel_reduce(LAMP_CPU, x, dtypes[d], NULL, x, dtypes[d], NULL, 1, 1, hw, &sum, &dot),
+      assert_int_equal(lamp_cpu_channel_reduce(x, dtypes[d], NULL, x, dtypes[d], NULL, 1, 1, hw, &sum, &dot),
                        LAMP_OK);
       check_clean("lamp_channel_reduce", hw);
     }
@@ -139,7 +130,7 @@ static void maxpool_leaves_clean_state(void **state) {
                       .stride_w = 2, .dilation_h = 1, .dilation_w = 1, .out_h = 3, .out_w = 3};
   int32_t arg[4 * 9];
   clean_state();
-  assert_int_equal(lamp_maxpool_forward(LAMP_CPU, f32_out, arg, f32_in, 4, &g), LAMP_OK);
+  assert_int_equal(lamp_maxpool_forward(LAMP_CPU, f32_out, LAMP_F32, arg, f32_in, LAMP_F32, 4, &g), LAMP_OK);
   check_clean("lamp_maxpool_forward", 4 * 36);
 }
 
@@ -150,25 +141,25 @@ static void direct_conv_leaves_clean_state(void **state) {
   fill_inputs();
   lamp_conv_geom g = {.channels = 2, .height = 5, .width = 7, .kernel_h = 3, .kernel_w = 3, .stride_h = 1,
                       .stride_w = 1, .pad_h = 1, .pad_w = 1, .dilation_h = 1, .dilation_w = 1, .out_h = 5, .out_w = 7};
-  if (!lamp_conv_direct_supported(LAMP_CPU, &g)) skip();
-  size_t n_out = 3, ldw = lamp_conv_direct_width(n_out), plane = 35;
+  if (!lamp_cpu_conv_direct_supported(&g)) skip();
+  size_t n_out = 3, ldw = lamp_cpu_conv_direct_width(n_out), plane = 35;
   static float wt[2 * 9 * 16], out[3 * 35], gw[3 * 18], acc[18 * 16], work[2 * 7 * 9 + 35 * 16 + 16];
-  assert_true(ldw <= 16 && lamp_conv_direct_work(&g) <= sizeof work / sizeof *work);
-  assert_true(lamp_conv_direct_grad_work(&g, n_out) <= sizeof work / sizeof *work);
-  assert_true(lamp_conv_direct_grad_acc(&g, n_out) <= sizeof acc / sizeof *acc);
+  assert_true(ldw <= 16 && lamp_cpu_conv_direct_work(&g) <= sizeof work / sizeof *work);
+  assert_true(lamp_cpu_conv_direct_grad_work(&g, n_out) <= sizeof work / sizeof *work);
+  assert_true(lamp_cpu_conv_direct_grad_acc(&g, n_out) <= sizeof acc / sizeof *acc);
   for (size_t i = 0; i < sizeof wt / sizeof *wt; i++) wt[i] = (float)(i % 7) * 0.25f;
   const lamp_dtype dtypes[] = {LAMP_F32, LAMP_F16};
   for (size_t d = 0; d < 2; d++) {
     const void *x = dtypes[d] == LAMP_F32 ? (const void *)f32_in : (const void *)u16;
     clean_state();
-    assert_int_equal(lamp_conv_direct_typed(LAMP_CPU, out, plane, x, dtypes[d], wt, ldw, n_out, &g, work), LAMP_OK);
+    assert_int_equal(lamp_cpu_conv_direct_typed(out, plane, x, dtypes[d], wt, ldw, n_out, &g, work), LAMP_OK);
     check_clean("lamp_conv_direct_typed", 2 * plane);
     clean_state();
-    assert_int_equal(lamp_conv_direct_grad_typed(LAMP_CPU, acc, x, dtypes[d], f32_in, n_out, &g, work, 0),
+    assert_int_equal(lamp_cpu_conv_direct_grad_typed(acc, x, dtypes[d], f32_in, n_out, &g, work, 0),
                      LAMP_OK);
     check_clean("lamp_conv_direct_grad_typed", 2 * plane);
     clean_state();
-    assert_int_equal(lamp_conv_direct_grad_reduce(LAMP_CPU, gw, 18, acc, n_out, 18, 0), LAMP_OK);
+    assert_int_equal(lamp_cpu_conv_direct_grad_reduce(gw, 18, acc, n_out, 18, 0), LAMP_OK);
     check_clean("lamp_conv_direct_grad_reduce", 3 * 18);
   }
 }

@@ -5,11 +5,10 @@
 ** fp32 accumulation buffer without a 16-bit intermediate (DESIGN.md, "fp32 accumulation buffer
 ** for 16-bit gradients"): one pass instead of a rounding pass plus a widening pass.
 */
-#include "backend/backend.h"
+#include <string.h>
+
 #include "backend/cpu/cpu_backend.h"
 #include "tensor/half.h"
-
-#include <string.h>
 
 static void add_block(float *restrict dst, const float *restrict src, size_t n) {
   size_t i = 0;
@@ -18,9 +17,8 @@ static void add_block(float *restrict dst, const float *restrict src, size_t n) 
   for (; i < n; i++) dst[i] += src[i];
 }
 
-static lamp_status check_args(const char *fn, lamp_device device, float *dst, const float *src, lamp_dtype via,
+static lamp_status check_args(const char *fn, float *dst, const float *src, lamp_dtype via,
                               size_t n) {
-  if (device != LAMP_CPU) return lamp_cpu_unsupported_device(fn, device);
   lamp_status s = lamp_cpu_check_float(fn, "via", via);
   if (s == LAMP_OK) s = lamp_cpu_check_data(fn, "dst", dst, n);
   if (s == LAMP_OK) s = lamp_cpu_check_data(fn, "src", src, n);
@@ -40,8 +38,8 @@ static void round_range(void *ctx, size_t part, size_t begin, size_t end) {
   else lamp_round_bf16_n(r->dst + begin, r->src + begin, end - begin);
 }
 
-lamp_status lamp_round_through(lamp_device device, float *dst, const float *src, lamp_dtype via, size_t n) {
-  lamp_status s = check_args("round_through", device, dst, src, via, n);
+lamp_status lamp_cpu_round_through(float *dst, const float *src, lamp_dtype via, size_t n) {
+  lamp_status s = check_args("round_through", dst, src, via, n);
   if (s != LAMP_OK) return s;
   if (via == LAMP_F32) {
     if (dst != src && n > 0) memmove(dst, src, n * sizeof *dst);
@@ -51,11 +49,23 @@ lamp_status lamp_round_through(lamp_device device, float *dst, const float *src,
   return lamp_cpu_split_pass(n, round_range, &r);
 }
 
-lamp_status lamp_accumulate_rounded(lamp_device device, float *dst, const float *src, lamp_dtype via, size_t n) {
-  lamp_status s = check_args("accumulate_rounded", device, dst, src, via, n);
+lamp_status lamp_cpu_accumulate_rounded(float *dst, const float *src, lamp_dtype via, size_t n) {
+  lamp_status s = check_args("accumulate_rounded", dst, src, via, n);
   if (s != LAMP_OK) return s;
   if (via == LAMP_F16) lamp_add_rounded_f16_n(dst, src, n);
   else if (via == LAMP_BF16) lamp_add_rounded_bf16_n(dst, src, n);
   else add_block(dst, src, n);
   return LAMP_OK;
+}
+
+lamp_status lamp_cpu_add_grad(float *g, const float *v, size_t n, lamp_dtype grad_dtype, int overwrite) {
+  if (grad_dtype == LAMP_F32) {
+    if (overwrite) {
+      memcpy(g, v, n * sizeof *g);
+      return LAMP_OK;
+    }
+    return lamp_cpu_axpy(g, v, n, 1.0f);
+  }
+  if (overwrite) return lamp_cpu_round_through(g, v, grad_dtype, n);
+  return lamp_cpu_accumulate_rounded(g, v, grad_dtype, n);
 }

@@ -9,8 +9,8 @@
 #include <immintrin.h>
 #endif
 
-#include "backend/backend.h"
 #include "backend/cpu/cpu_backend.h"
+#include "base/cpu.h"
 #include "base/error.h"
 #include "tensor/dtype.h"
 #include "tensor/half.h"
@@ -122,7 +122,7 @@ static lamp_status reduce_channel(void *ctx, size_t worker, size_t k) {
   (void)worker;
   double sa, sab;
 #if defined(__x86_64__) || defined(__i386__)
-  if (__builtin_cpu_supports("avx2")) reduce_rows_avx2(j, k, &sa, &sab);
+  if (lamp_cpu_has(LAMP_ISA_AVX2)) reduce_rows_avx2(j, k, &sa, &sab);
   else reduce_rows_sse(j, k, &sa, &sab);
 #else
   reduce_rows_sse(j, k, &sa, &sab);
@@ -135,12 +135,12 @@ static lamp_status reduce_channel(void *ctx, size_t worker, size_t k) {
 /* Work below this many elements stays on the calling thread (a thread costs ~20 us). */
 #define PARALLEL_MIN 32768
 
-static lamp_status run_reduce(lamp_device device, reduce_job *j) {
+static lamp_status run_reduce(reduce_job *j) {
   if (j->n * j->c * j->hw < PARALLEL_MIN) {
     for (size_t k = 0; k < j->c; k++) reduce_channel(j, 0, k);
     return LAMP_OK;
   }
-  return lamp_parallel_for(device, j->c, reduce_channel, j);
+  return lamp_cpu_parallel_for(j->c, reduce_channel, j);
 }
 
 static lamp_status check_inputs(const char *fn, lamp_dtype a_dtype, const void *b, lamp_dtype b_dtype) {
@@ -149,26 +149,24 @@ static lamp_status check_inputs(const char *fn, lamp_dtype a_dtype, const void *
   return s;
 }
 
-lamp_status lamp_channel_reduce(lamp_device device, const void *a, lamp_dtype a_dtype, const float *a_center,
+lamp_status lamp_cpu_channel_reduce(const void *a, lamp_dtype a_dtype, const float *a_center,
                                 const void *b, lamp_dtype b_dtype, const float *b_center, size_t n, size_t c,
                                 size_t hw, double *sum_a, double *sum_ab) {
-  if (device != LAMP_CPU) return lamp_cpu_unsupported_device("channel_reduce", device);
   lamp_status s = check_inputs("channel_reduce", a_dtype, b, b_dtype);
   if (s != LAMP_OK) return s;
   reduce_job j = {a, b, a_dtype, b_dtype, a_center, b_center, n, c, hw, sum_a, sum_ab, NULL};
-  return run_reduce(device, &j);
+  return run_reduce(&j);
 }
 
-lamp_status lamp_channel_reduce_masked(lamp_device device, const void *a, lamp_dtype a_dtype, const void *b,
+lamp_status lamp_cpu_channel_reduce_masked(const void *a, lamp_dtype a_dtype, const void *b,
                                        lamp_dtype b_dtype, const float *b_center, const lamp_relu_mask *mask,
                                        size_t n, size_t c, size_t hw, double *sum_a, double *sum_ab) {
-  if (device != LAMP_CPU) return lamp_cpu_unsupported_device("channel_reduce_masked", device);
   if (b == NULL || mask == NULL)
     return lamp_error(LAMP_ERR_INVALID_ARG, "channel_reduce_masked: the mask's input b and the mask are required");
   lamp_status s = check_inputs("channel_reduce_masked", a_dtype, b, b_dtype);
   if (s != LAMP_OK) return s;
   reduce_job j = {a, b, a_dtype, b_dtype, NULL, b_center, n, c, hw, sum_a, sum_ab, mask};
-  return run_reduce(device, &j);
+  return run_reduce(&j);
 }
 
 typedef struct affine_job {
@@ -179,8 +177,6 @@ typedef struct affine_job {
   size_t n, c, hw, tasks;
   int relu;
   const lamp_relu_mask *mask; /* combine: a read through it, or NULL */
-  const void *skip;           /* affine: a residual branch added before the ReLU, or NULL */
-  lamp_dtype skip_dtype;
 } affine_job;
 
 /* ReLU's rule (lamp_relu_forward): v <= 0 gives +0, NaN passes through. */
@@ -193,7 +189,7 @@ static void image_range(size_t n, size_t tasks, size_t t, size_t *i0, size_t *i1
 }
 
 static size_t task_count(size_t n, size_t elements) {
-  size_t threads = lamp_backend_threads(LAMP_CPU);
+  size_t threads = lamp_cpu_threads();
   if (elements < PARALLEL_MIN || threads < 2) return 1;
   return threads < n ? threads : n;
 }
@@ -212,12 +208,6 @@ static inline __attribute__((always_inline)) void affine_row(float *out, const f
     for (size_t k = 0; k < BLOCK; k++) out[e + k] = v[k];
   }
   for (; e < n; e++) out[e] = relu ? rectify(in[e] * sc + sh) : in[e] * sc + sh;
-}
-
-/* v through a tensor of dtype: rounded to it and widened back (nothing for fp32). */
-static void round_like(float *v, lamp_dtype dtype, size_t n) {
-  if (dtype == LAMP_F16) lamp_round_f16_n(v, v, n);
-  else if (dtype == LAMP_BF16) lamp_round_bf16_n(v, v, n);
 }
 
 /* yv = av + bv, rectified when `relu` (constant once inlined); yv may be av (each block is read
@@ -249,11 +239,7 @@ static lamp_status affine_task(void *ctx, size_t worker, size_t t) {
         size_t len = lamp_cpu_min(LAMP_CPU_CHUNK, j->hw - p);
         const float *in = lamp_cpu_read(stage_x, j->x, j->x_dtype, row + p, len);
         float *out = lamp_cpu_scratch(stage, j->y, j->y_dtype, row + p);
-        if (j->skip != NULL) {
-          affine_row(out, in, sc, sh, len, 0);
-          round_like(out, j->y_dtype, len); /* as if stored, then read back */
-          add_chunk(out, out, lamp_cpu_read(stage_x, j->skip, j->skip_dtype, row + p, len), len, 1); /* lamp_add's */
-        } else if (j->relu) {
+        if (j->relu) {
           affine_row(out, in, sc, sh, len, 1);
         } else {
           affine_row(out, in, sc, sh, len, 0);
@@ -264,32 +250,14 @@ static lamp_status affine_task(void *ctx, size_t worker, size_t t) {
   return LAMP_OK;
 }
 
-static lamp_status run_affine(lamp_device device, const char *fn, void *y, lamp_dtype y_dtype, const void *x,
-                              lamp_dtype x_dtype, const float *scale, const float *shift, const void *skip,
-                              lamp_dtype skip_dtype, size_t n, size_t c, size_t hw, int relu) {
-  if (device != LAMP_CPU) return lamp_cpu_unsupported_device(fn, device);
-  lamp_status s = lamp_cpu_check_float(fn, "y", y_dtype);
-  if (s == LAMP_OK) s = lamp_cpu_check_float(fn, "x", x_dtype);
-  if (s == LAMP_OK && skip != NULL) s = lamp_cpu_check_float(fn, "skip", skip_dtype);
+lamp_status lamp_cpu_channel_affine(void *y, lamp_dtype y_dtype, const void *x, lamp_dtype x_dtype,
+                                    const float *scale, const float *shift, size_t n, size_t c, size_t hw, int relu) {
+  lamp_status s = lamp_cpu_check_float("channel_affine", "y", y_dtype);
+  if (s == LAMP_OK) s = lamp_cpu_check_float("channel_affine", "x", x_dtype);
   if (s != LAMP_OK) return s;
   affine_job j = {.y = y, .y_dtype = y_dtype, .x = x, .x_dtype = x_dtype, .scale = scale, .shift = shift, .n = n,
-                  .c = c, .hw = hw, .tasks = task_count(n, n * c * hw), .relu = relu != 0, .skip = skip,
-                  .skip_dtype = skip_dtype};
-  return lamp_parallel_for(device, j.tasks, affine_task, &j);
-}
-
-lamp_status lamp_channel_affine(lamp_device device, void *y, lamp_dtype y_dtype, const void *x, lamp_dtype x_dtype,
-                                const float *scale, const float *shift, size_t n, size_t c, size_t hw, int relu) {
-  return run_affine(device, "channel_affine", y, y_dtype, x, x_dtype, scale, shift, NULL, LAMP_F32, n, c, hw, relu);
-}
-
-lamp_status lamp_channel_affine_add_relu(lamp_device device, void *y, lamp_dtype y_dtype, const void *x,
-                                         lamp_dtype x_dtype, const float *scale, const float *shift, const void *skip,
-                                         lamp_dtype skip_dtype, size_t n, size_t c, size_t hw) {
-  if (skip == NULL && n * c * hw > 0)
-    return lamp_error(LAMP_ERR_INVALID_ARG, "channel_affine_add_relu: the skip branch is required");
-  return run_affine(device, "channel_affine_add_relu", y, y_dtype, x, x_dtype, scale, shift, skip, skip_dtype, n, c,
-                    hw, 1);
+                  .c = c, .hw = hw, .tasks = task_count(n, n * c * hw), .relu = relu != 0};
+  return lamp_cpu_parallel_for(j.tasks, affine_task, &j);
 }
 
 /* o = pk * a + qk * b + rk, a read through the mask when `masked` (a constant once inlined). */
@@ -332,35 +300,29 @@ static lamp_status combine_task(void *ctx, size_t worker, size_t t) {
   return LAMP_OK;
 }
 
-static lamp_status run_combine(lamp_device device, const char *fn, void *out, lamp_dtype out_dtype, const void *a,
+static lamp_status run_combine(const char *fn, void *out, lamp_dtype out_dtype, const void *a,
                                lamp_dtype a_dtype, const void *b, lamp_dtype b_dtype, const float *p, const float *q,
                                const float *r, const lamp_relu_mask *mask, size_t n, size_t c, size_t hw) {
-  if (device != LAMP_CPU) return lamp_cpu_unsupported_device(fn, device);
   lamp_status s = lamp_cpu_check_float(fn, "out", out_dtype);
   if (s == LAMP_OK) s = check_inputs(fn, a_dtype, b, b_dtype);
   if (s != LAMP_OK) return s;
   affine_job j = {.y = out, .y_dtype = out_dtype, .a = a, .a_dtype = a_dtype, .b = b, .b_dtype = b_dtype, .p = p,
                   .q = q, .r = r, .n = n, .c = c, .hw = hw, .tasks = task_count(n, n * c * hw), .mask = mask};
-  return lamp_parallel_for(device, j.tasks, combine_task, &j);
+  return lamp_cpu_parallel_for(j.tasks, combine_task, &j);
 }
 
-lamp_status lamp_channel_combine_typed(lamp_device device, void *out, lamp_dtype out_dtype, const void *a,
+lamp_status lamp_cpu_channel_combine_typed(void *out, lamp_dtype out_dtype, const void *a,
                                        lamp_dtype a_dtype, const void *b, lamp_dtype b_dtype, const float *p,
                                        const float *q, const float *r, size_t n, size_t c, size_t hw) {
-  return run_combine(device, "channel_combine", out, out_dtype, a, a_dtype, b, b_dtype, p, q, r, NULL, n, c, hw);
+  return run_combine("channel_combine", out, out_dtype, a, a_dtype, b, b_dtype, p, q, r, NULL, n, c, hw);
 }
 
-lamp_status lamp_channel_combine(lamp_device device, float *out, const float *a, const float *b, const float *p,
-                                 const float *q, const float *r, size_t n, size_t c, size_t hw) {
-  return lamp_channel_combine_typed(device, out, LAMP_F32, a, LAMP_F32, b, LAMP_F32, p, q, r, n, c, hw);
-}
-
-lamp_status lamp_channel_combine_masked(lamp_device device, void *out, lamp_dtype out_dtype, const void *a,
+lamp_status lamp_cpu_channel_combine_masked(void *out, lamp_dtype out_dtype, const void *a,
                                         lamp_dtype a_dtype, const void *b, lamp_dtype b_dtype, const float *p,
                                         const float *q, const float *r, const lamp_relu_mask *mask, size_t n,
                                         size_t c, size_t hw) {
   if (mask == NULL) return lamp_error(LAMP_ERR_INVALID_ARG, "channel_combine_masked: the mask is required");
-  return run_combine(device, "channel_combine_masked", out, out_dtype, a, a_dtype, b, b_dtype, p, q, r, mask, n, c,
+  return run_combine("channel_combine_masked", out, out_dtype, a, a_dtype, b, b_dtype, p, q, r, mask, n, c,
                      hw);
 }
 
@@ -393,20 +355,19 @@ static lamp_status add_task(void *ctx, size_t worker, size_t t) {
   return LAMP_OK;
 }
 
-lamp_status lamp_add(lamp_device device, void *y, lamp_dtype y_dtype, const void *a, lamp_dtype a_dtype,
+lamp_status lamp_cpu_add(void *y, lamp_dtype y_dtype, const void *a, lamp_dtype a_dtype,
                      const void *b, lamp_dtype b_dtype, size_t n, int relu) {
-  if (device != LAMP_CPU) return lamp_cpu_unsupported_device("add", device);
   lamp_status s = lamp_cpu_check_float("add", "y", y_dtype);
   if (s == LAMP_OK) s = lamp_cpu_check_float("add", "a", a_dtype);
   if (s == LAMP_OK) s = lamp_cpu_check_float("add", "b", b_dtype);
   if (s != LAMP_OK) return s;
   add_job j = {y, y_dtype, a, b, a_dtype, b_dtype, n, task_count(n, n), relu != 0};
-  return lamp_parallel_for(device, j.tasks, add_task, &j);
+  return lamp_cpu_parallel_for(j.tasks, add_task, &j);
 }
 
-lamp_status lamp_add_into(lamp_device device, void *y, lamp_dtype y_dtype, const void *x, lamp_dtype x_dtype,
+lamp_status lamp_cpu_add_into(void *y, lamp_dtype y_dtype, const void *x, lamp_dtype x_dtype,
                           size_t n) {
-  return lamp_add(device, y, y_dtype, y, y_dtype, x, x_dtype, n, 0);
+  return lamp_cpu_add(y, y_dtype, y, y_dtype, x, x_dtype, n, 0);
 }
 
 /* ---- dtype conversion split across the threads ---------------------------------------- */
@@ -427,23 +388,21 @@ static lamp_status convert_task(void *ctx, size_t worker, size_t t) {
   size_t i1 = t + 1 == j->tasks ? j->n : j->n * (t + 1) / j->tasks / 64 * 64;
   if (i1 <= i0) return LAMP_OK;
   size_t ds = lamp_dtype_size(j->dst_dtype), ss = lamp_dtype_size(j->src_dtype);
-  return lamp_convert(LAMP_CPU, (char *)j->dst + i0 * ds, j->dst_dtype, (const char *)j->src + i0 * ss, j->src_dtype,
+  return lamp_cpu_convert((char *)j->dst + i0 * ds, j->dst_dtype, (const char *)j->src + i0 * ss, j->src_dtype,
                       i1 - i0);
 }
 
-lamp_status lamp_convert_parallel(lamp_device device, void *dst, lamp_dtype dst_dtype, const void *src,
+lamp_status lamp_cpu_convert_parallel(void *dst, lamp_dtype dst_dtype, const void *src,
                                   lamp_dtype src_dtype, size_t n) {
-  if (device != LAMP_CPU) return lamp_cpu_unsupported_device("convert", device);
   convert_job j = {dst, src, dst_dtype, src_dtype, n, task_count(n, n)};
-  if (j.tasks <= 1 || dst == src) return lamp_convert(device, dst, dst_dtype, src, src_dtype, n);
-  return lamp_parallel_for(device, j.tasks, convert_task, &j);
+  if (j.tasks <= 1 || dst == src) return lamp_cpu_convert(dst, dst_dtype, src, src_dtype, n);
+  return lamp_cpu_parallel_for(j.tasks, convert_task, &j);
 }
 
 /* ---- y = mask ? x * scale : 0 ------------------------------------------------------------- */
 
-lamp_status lamp_apply_mask(lamp_device device, void *y, lamp_dtype y_dtype, const void *x, lamp_dtype x_dtype,
+lamp_status lamp_cpu_apply_mask(void *y, lamp_dtype y_dtype, const void *x, lamp_dtype x_dtype,
                             const uint8_t *mask, float scale, size_t n) {
-  if (device != LAMP_CPU) return lamp_cpu_unsupported_device("apply_mask", device);
   lamp_status s = lamp_cpu_check_float("apply_mask", "y", y_dtype);
   if (s == LAMP_OK) s = lamp_cpu_check_float("apply_mask", "x", x_dtype);
   if (s != LAMP_OK) return s;

@@ -4,11 +4,6 @@
 #include "base/error.h"
 #include "tensor/dtype.h"
 
-lamp_status lamp_cpu_unsupported_device(const char *fn, lamp_device device) {
-  return lamp_error(LAMP_ERR_UNSUPPORTED, "%s: device %s is not supported by this build", fn,
-                    lamp_device_name(device));
-}
-
 int lamp_cpu_is_float(lamp_dtype dtype) {
   return dtype == LAMP_F32 || dtype == LAMP_F16 || dtype == LAMP_BF16;
 }

@@ -33,9 +33,8 @@ static void convert_cpu(void *dst, lamp_dtype dst_dtype, const void *src, lamp_d
   }
 }
 
-lamp_status lamp_convert(lamp_device device, void *dst, lamp_dtype dst_dtype, const void *src,
+lamp_status lamp_cpu_convert(void *dst, lamp_dtype dst_dtype, const void *src,
                          lamp_dtype src_dtype, size_t n) {
-  if (device != LAMP_CPU) return lamp_cpu_unsupported_device("convert", device);
   lamp_status s = lamp_cpu_check_float("convert", "dst", dst_dtype);
   if (s == LAMP_OK) s = lamp_cpu_check_float("convert", "src", src_dtype);
   if (s == LAMP_OK) s = lamp_cpu_check_data("convert", "dst", dst, n);

@@ -109,11 +109,10 @@ static lamp_status check_args(const void *logits, lamp_dtype dtype, const int32_
   return s;
 }
 
-lamp_status lamp_cross_entropy(lamp_device device, const void *logits, lamp_dtype logits_dtype,
+lamp_status lamp_cpu_cross_entropy(const void *logits, lamp_dtype logits_dtype,
                                const int32_t *labels, size_t rows, size_t classes,
                                float grad_scale, double *loss, void *dlogits,
                                lamp_dtype dlogits_dtype, size_t *correct) {
-  if (device != LAMP_CPU) return lamp_cpu_unsupported_device("cross_entropy", device);
   lamp_status s = check_args(logits, logits_dtype, labels, rows, classes, loss, dlogits,
                              dlogits_dtype);
   if (s != LAMP_OK) return s;

@@ -39,8 +39,7 @@ static void fill_cpu(void *x, lamp_dtype dtype, size_t n, float value) {
   }
 }
 
-lamp_status lamp_fill(lamp_device device, void *x, lamp_dtype dtype, size_t n, float value) {
-  if (device != LAMP_CPU) return lamp_cpu_unsupported_device("fill", device);
+lamp_status lamp_cpu_fill(void *x, lamp_dtype dtype, size_t n, float value) {
   lamp_status s = lamp_cpu_check_float("fill", NULL, dtype);
   if (s == LAMP_OK) s = lamp_cpu_check_data("fill", "x", x, n);
   if (s != LAMP_OK) return s;
@@ -72,9 +71,8 @@ static void add_bias_rows_cpu(void *y, lamp_dtype y_dtype, const void *bias,
   }
 }
 
-lamp_status lamp_add_bias_rows(lamp_device device, void *y, lamp_dtype y_dtype, const void *bias,
+lamp_status lamp_cpu_add_bias_rows(void *y, lamp_dtype y_dtype, const void *bias,
                                lamp_dtype bias_dtype, size_t rows, size_t cols) {
-  if (device != LAMP_CPU) return lamp_cpu_unsupported_device("add_bias_rows", device);
   lamp_status s = lamp_cpu_check_float("add_bias_rows", "y", y_dtype);
   if (s == LAMP_OK) s = lamp_cpu_check_float("add_bias_rows", "bias", bias_dtype);
   if (s == LAMP_OK) s = lamp_cpu_check_data("add_bias_rows", "y", y, rows * cols);
@@ -119,18 +117,6 @@ static void relu_u16(uint16_t *y, const uint16_t *x, size_t n, uint16_t inf_bits
 /* The bit pattern of +inf, which bounds the non-NaN magnitudes. */
 static uint16_t inf_bits_of(lamp_dtype dtype) { return dtype == LAMP_F16 ? 0x7c00u : 0x7f80u; }
 
-lamp_status lamp_relu_forward(lamp_device device, void *y, const void *x, lamp_dtype dtype,
-                              size_t n) {
-  if (device != LAMP_CPU) return lamp_cpu_unsupported_device("relu_forward", device);
-  lamp_status s = lamp_cpu_check_float("relu_forward", NULL, dtype);
-  if (s == LAMP_OK) s = lamp_cpu_check_data("relu_forward", "y", y, n);
-  if (s == LAMP_OK) s = lamp_cpu_check_data("relu_forward", "x", x, n);
-  if (s != LAMP_OK) return s;
-  if (dtype == LAMP_F32) relu_f32(y, x, n);
-  else relu_u16(y, x, n, inf_bits_of(dtype));
-  return LAMP_OK;
-}
-
 /* dy is passed by value, i.e. always loaded: a conditional load would block vectorising. */
 static inline float relu_grad(float dy, float y) { return y > 0.0f ? dy : 0.0f; }
 
@@ -160,17 +146,66 @@ static void relu_backward_u16(uint16_t *dx, const uint16_t *dy, const uint16_t *
   for (; i < n; i++) dx[i] = relu_grad_bits(dy[i], y[i], inf_bits);
 }
 
-lamp_status lamp_relu_backward(lamp_device device, void *dx, const void *dy, const void *y,
+/*
+** Large tensors are split into one contiguous range per thread (elementwise, so the result is the
+** same bit for bit); small ones stay on the calling thread.
+*/
+#define RELU_PARALLEL_MIN 65536
+
+typedef struct relu_pass {
+  void *dst;
+  const void *src, *y; /* y: the forward output, for backward */
+  lamp_dtype dtype;
+  size_t n, tasks;
+  int backward;
+} relu_pass;
+
+static void relu_range(const relu_pass *p, size_t i0, size_t i1) {
+  size_t e = p->dtype == LAMP_F32 ? 4 : 2, n = i1 - i0;
+  char *dst = (char *)p->dst + i0 * e;
+  const char *src = (const char *)p->src + i0 * e, *y = p->backward ? (const char *)p->y + i0 * e : NULL;
+  if (p->dtype == LAMP_F32 && p->backward) relu_backward_f32((float *)dst, (const float *)src, (const float *)y, n);
+  else if (p->dtype == LAMP_F32) relu_f32((float *)dst, (const float *)src, n);
+  else if (p->backward)
+    relu_backward_u16((uint16_t *)dst, (const uint16_t *)src, (const uint16_t *)y, n, inf_bits_of(p->dtype));
+  else relu_u16((uint16_t *)dst, (const uint16_t *)src, n, inf_bits_of(p->dtype));
+}
+
+static lamp_status relu_task(void *ctx, size_t worker, size_t t) {
+  const relu_pass *p = ctx;
+  (void)worker;
+  relu_range(p, p->n * t / p->tasks, p->n * (t + 1) / p->tasks);
+  return LAMP_OK;
+}
+
+static lamp_status run_relu(relu_pass *p) {
+  p->tasks = p->n >= RELU_PARALLEL_MIN ? lamp_cpu_threads() : 1;
+  if (p->tasks <= 1) {
+    relu_range(p, 0, p->n);
+    return LAMP_OK;
+  }
+  return lamp_cpu_parallel_for(p->tasks, relu_task, p);
+}
+
+lamp_status lamp_cpu_relu_forward(void *y, const void *x, lamp_dtype dtype,
+                              size_t n) {
+  lamp_status s = lamp_cpu_check_float("relu_forward", NULL, dtype);
+  if (s == LAMP_OK) s = lamp_cpu_check_data("relu_forward", "y", y, n);
+  if (s == LAMP_OK) s = lamp_cpu_check_data("relu_forward", "x", x, n);
+  if (s != LAMP_OK) return s;
+  relu_pass p = {.dst = y, .src = x, .dtype = dtype, .n = n};
+  return run_relu(&p);
+}
+
+lamp_status lamp_cpu_relu_backward(void *dx, const void *dy, const void *y,
                                lamp_dtype dtype, size_t n) {
-  if (device != LAMP_CPU) return lamp_cpu_unsupported_device("relu_backward", device);
   lamp_status s = lamp_cpu_check_float("relu_backward", NULL, dtype);
   if (s == LAMP_OK) s = lamp_cpu_check_data("relu_backward", "dx", dx, n);
   if (s == LAMP_OK) s = lamp_cpu_check_data("relu_backward", "dy", dy, n);
   if (s == LAMP_OK) s = lamp_cpu_check_data("relu_backward", "y", y, n);
   if (s != LAMP_OK) return s;
-  if (dtype == LAMP_F32) relu_backward_f32(dx, dy, y, n);
-  else relu_backward_u16(dx, dy, y, n, inf_bits_of(dtype));
-  return LAMP_OK;
+  relu_pass p = {.dst = dx, .src = dy, .y = y, .dtype = dtype, .n = n, .backward = 1};
+  return run_relu(&p);
 }
 
 /* ---- fp32 vector updates ----------------------------------------------------------------- */
@@ -182,8 +217,7 @@ static void scale_f32(float *x, size_t n, float alpha) {
   for (; i < n; i++) x[i] *= alpha;
 }
 
-lamp_status lamp_scale(lamp_device device, float *x, size_t n, float alpha) {
-  if (device != LAMP_CPU) return lamp_cpu_unsupported_device("scale", device);
+lamp_status lamp_cpu_scale(float *x, size_t n, float alpha) {
   lamp_status s = lamp_cpu_check_data("scale", "x", x, n);
   if (s != LAMP_OK) return s;
   scale_f32(x, n, alpha);
@@ -200,8 +234,7 @@ static void axpy_f32(float *y, const float *x, size_t n, float alpha) {
   for (; i < n; i++) y[i] += alpha * x[i];
 }
 
-lamp_status lamp_axpy(lamp_device device, float *y, const float *x, size_t n, float alpha) {
-  if (device != LAMP_CPU) return lamp_cpu_unsupported_device("axpy", device);
+lamp_status lamp_cpu_axpy(float *y, const float *x, size_t n, float alpha) {
   lamp_status s = lamp_cpu_check_data("axpy", "y", y, n);
   if (s == LAMP_OK) s = lamp_cpu_check_data("axpy", "x", x, n);
   if (s != LAMP_OK) return s;

@@ -6,21 +6,17 @@
 ** widening costs O(mk + kn + mn) against the O(mnk) product, which is how PyTorch's CPU
 ** autocast runs bf16 as well.
 **
-** Workspace: one block per thread, kept between calls and grown on demand, so steady-state
-** training allocates nothing. It is tagged "workspace" in the memory ledger, freed when its
-** thread exits or on lamp_cpu_gemm_release_workspace(). Per-thread, so concurrent calls from
-** different threads are safe.
+** Workspace: the calling thread's (workspace.c), kept between calls, so steady-state training
+** allocates nothing and concurrent calls from different threads are safe.
 */
 #include <cblas.h>
 #include <limits.h>
-#include <pthread.h>
 #include <stdint.h>
 
 #include "backend/backend.h"
 #include "backend/cpu/cpu_backend.h"
 #include "base/error.h"
 #include "tensor/half.h"
-#include "tensor/memory.h"
 
 /* One stored matrix: rows x cols elements with row stride ld, as it sits in memory. */
 typedef struct stored_matrix {
@@ -29,48 +25,13 @@ typedef struct stored_matrix {
   size_t rows, cols, ld;
 } stored_matrix;
 
-/* ---- the per-thread workspace ------------------------------------------------------------ */
-
-static pthread_key_t workspace_key;
-static pthread_once_t workspace_once = PTHREAD_ONCE_INIT;
-static int workspace_key_ready;
-
-static void workspace_destroy(void *block) { lamp_mem_free(block); }
-
-static void workspace_key_create(void) {
-  workspace_key_ready = pthread_key_create(&workspace_key, workspace_destroy) == 0;
-}
-
-void lamp_cpu_gemm_release_workspace(void) {
-  pthread_once(&workspace_once, workspace_key_create);
-  if (!workspace_key_ready) return;
-  lamp_mem_free(pthread_getspecific(workspace_key));
-  pthread_setspecific(workspace_key, NULL);
-}
-
-/* At least `floats` floats of this thread's workspace, or NULL with the error recorded. */
+/* At least `floats` floats of this thread's GEMM workspace, or NULL with the error recorded. */
 static float *workspace_get(size_t floats) {
-  pthread_once(&workspace_once, workspace_key_create);
-  if (!workspace_key_ready) {
-    lamp_error(LAMP_ERR_SYSTEM, "cannot create the per-thread workspace key");
-    return NULL;
-  }
   if (floats > SIZE_MAX / sizeof(float)) {
     lamp_error(LAMP_ERR_INVALID_ARG, "a workspace of %zu floats is too large", floats);
     return NULL;
   }
-  size_t bytes = floats * sizeof(float);
-  float *block = pthread_getspecific(workspace_key);
-  if (block != NULL && lamp_mem_size(block) >= bytes) return block;
-  lamp_cpu_gemm_release_workspace();
-  block = lamp_mem_alloc(LAMP_CPU, LAMP_MEM_WORKSPACE, bytes);
-  if (block == NULL) return NULL;
-  if (pthread_setspecific(workspace_key, block) != 0) {
-    lamp_mem_free(block);
-    lamp_error(LAMP_ERR_SYSTEM, "cannot keep the per-thread workspace");
-    return NULL;
-  }
-  return block;
+  return lamp_cpu_workspace(LAMP_CPU_WS_GEMM, floats * sizeof(float));
 }
 
 /* Floats of workspace a matrix needs: none for f32 (used in place), else rows * cols rounded up
@@ -211,12 +172,10 @@ static lamp_status check_pointers(size_t m, size_t n, size_t k, const void *a, c
   return s;
 }
 
-lamp_status lamp_gemm(lamp_device device, int trans_a, int trans_b, size_t m, size_t n, size_t k,
+lamp_status lamp_cpu_gemm(int trans_a, int trans_b, size_t m, size_t n, size_t k,
                       float alpha, const void *a, lamp_dtype a_dtype, size_t lda, const void *b,
                       lamp_dtype b_dtype, size_t ldb, float beta, void *c, lamp_dtype c_dtype,
                       size_t ldc) {
-  /* Only the CPU backend is built; the CUDA backend adds its case to the dispatch below. */
-  if (device != LAMP_CPU) return lamp_cpu_unsupported_device("gemm", device);
   lamp_status s = check_dtypes(a_dtype, b_dtype, c_dtype);
   if (s != LAMP_OK) return s;
   stored_matrix sa = {a, a_dtype, trans_a ? k : m, trans_a ? m : k, lda};
@@ -226,9 +185,3 @@ lamp_status lamp_gemm(lamp_device device, int trans_a, int trans_b, size_t m, si
   if (s != LAMP_OK) return s;
   return gemm_cpu(trans_a, trans_b, m, n, k, alpha, &sa, &sb, beta, c, c_dtype, ldc);
 }
-
-void lamp_backend_release_workspace(void) { lamp_cpu_gemm_release_workspace(); }
-
-/* OpenBLAS has no 16-bit GEMM we can use (Debian's build lacks sbgemm): 16-bit operands are
-   widened to fp32 first, so callers that reuse an operand keep it widened themselves. */
-int lamp_backend_native_16bit_gemm(lamp_device device) { return device != LAMP_CPU; }

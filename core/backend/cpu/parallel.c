@@ -29,11 +29,9 @@
 #include <immintrin.h>
 #endif
 
-#include "backend/backend.h"
 #include "backend/cpu/cpu_backend.h"
 #include "base/error.h"
 
-#define MAX_WORKERS 16
 
 /* How long a thread polls for the next loop, or for the end of its own, before it sleeps: long
    enough to cover the serial code between the loops of a step, short enough that an idle
@@ -62,7 +60,7 @@ typedef struct pool {
   size_t n_tasks;
   lamp_task_fn fn;
   void *ctx;
-  slot slots[MAX_WORKERS];
+  slot slots[LAMP_CPU_MAX_WORKERS];
 } pool;
 
 static pool the_pool = {.lock = PTHREAD_MUTEX_INITIALIZER, .wake = PTHREAD_COND_INITIALIZER,
@@ -74,7 +72,7 @@ typedef struct helper_start {
   size_t index;
   size_t generation; /* the last one before it started: it waits for the next */
 } helper_start;
-static helper_start starts[MAX_WORKERS];
+static helper_start starts[LAMP_CPU_MAX_WORKERS];
 
 static _Thread_local int inside_parallel; /* a nested loop runs serially in its worker */
 
@@ -173,11 +171,10 @@ static void start_helpers(pool *p, size_t wanted) {
   }
 }
 
-size_t lamp_backend_threads(lamp_device device) {
-  if (device != LAMP_CPU) return 1;
+size_t lamp_cpu_threads(void) {
   int n = openblas_get_num_threads();
   if (n < 1) n = 1;
-  return (size_t)n < MAX_WORKERS ? (size_t)n : MAX_WORKERS;
+  return (size_t)n < LAMP_CPU_MAX_WORKERS ? (size_t)n : LAMP_CPU_MAX_WORKERS;
 }
 
 static lamp_status serially(size_t n_tasks, lamp_task_fn fn, void *ctx) {
@@ -192,9 +189,8 @@ void lamp_cpu_pool_sleep(void) {
   if (!inside_parallel) atomic_store_explicit(&the_pool.sleep_now, 1, memory_order_relaxed);
 }
 
-lamp_status lamp_parallel_for(lamp_device device, size_t n_tasks, lamp_task_fn fn, void *ctx) {
-  if (device != LAMP_CPU) return lamp_cpu_unsupported_device("parallel_for", device);
-  size_t threads = lamp_backend_threads(device);
+lamp_status lamp_cpu_parallel_for(size_t n_tasks, lamp_task_fn fn, void *ctx) {
+  size_t threads = lamp_cpu_threads();
   if (threads > n_tasks) threads = n_tasks;
   if (threads <= 1 || inside_parallel) return serially(n_tasks, fn, ctx);
   pthread_once(&fork_once, register_fork);

@@ -6,10 +6,12 @@
 ** the window's in-image elements.
 */
 #include <math.h>
+#include <stdint.h>
 #include <string.h>
 
 #include "backend/backend.h"
 #include "backend/cpu/cpu_backend.h"
+#include "base/cpu.h"
 #include "base/error.h"
 
 /* The input rows (or columns) of a window: [lo, hi) clipped to the image; o * stride - pad is
@@ -52,8 +54,7 @@ static void maxpool_plane(float *y, int32_t *arg, const float *x, const lamp_con
   }
 }
 
-static lamp_status check(const char *fn, lamp_device device, const lamp_conv_geom *g) {
-  if (device != LAMP_CPU) return lamp_cpu_unsupported_device(fn, device);
+static lamp_status check(const char *fn, const lamp_conv_geom *g) {
   if (g->kernel_h == 0 || g->kernel_w == 0 || g->stride_h == 0 || g->stride_w == 0 || g->dilation_h == 0 ||
       g->dilation_w == 0)
     return lamp_error(LAMP_ERR_INVALID_ARG, "%s: kernel, stride and dilation must be positive", fn);
@@ -100,15 +101,6 @@ static void maxpool_plane_2x2(float *y, int32_t *arg, const float *x, const lamp
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
 #include <immintrin.h>
-#include <pthread.h>
-
-static int avx512; /* set once, by detect_avx512 */
-static pthread_once_t avx512_once = PTHREAD_ONCE_INIT;
-
-static void detect_avx512(void) {
-  __builtin_cpu_init();
-  avx512 = __builtin_cpu_supports("avx512f") ? 1 : 0;
-}
 
 /* v replaces best where wins(v, best): larger, or NaN over a number. */
 __attribute__((target("avx512f"))) static __mmask16 wins16(__m512 v, __m512 best) {
@@ -154,8 +146,7 @@ __attribute__((target("avx512f"))) static void maxpool_plane_2x2_avx512(float *y
 }
 
 static int maxpool_fast(float *y, int32_t *arg, const float *x, const lamp_conv_geom *g) {
-  pthread_once(&avx512_once, detect_avx512);
-  if (!avx512) return 0;
+  if (!lamp_cpu_has(LAMP_ISA_AVX512F)) return 0;
   maxpool_plane_2x2_avx512(y, arg, x, g);
   return 1;
 }
@@ -193,12 +184,10 @@ static lamp_status maxpool_task(void *ctx, size_t worker, size_t t) {
   return LAMP_OK;
 }
 
-lamp_status lamp_maxpool_forward(lamp_device device, float *y, int32_t *argmax, const float *x, size_t n_planes,
-                                 const lamp_conv_geom *g) {
-  lamp_status s = check("maxpool_forward", device, g);
-  if (s != LAMP_OK) return s;
-  pool_job j = {y, argmax, x, n_planes, lamp_backend_threads(device), g};
-  return lamp_parallel_for(device, j.tasks, maxpool_task, &j);
+static lamp_status max_forward_f32(float *y, int32_t *argmax, const float *x, size_t n_planes,
+                                   const lamp_conv_geom *g) {
+  pool_job j = {y, argmax, x, n_planes, lamp_cpu_threads(), g};
+  return lamp_cpu_parallel_for(j.tasks, maxpool_task, &j);
 }
 
 /*
@@ -243,13 +232,11 @@ static lamp_status maxpool_backward_task(void *ctx, size_t worker, size_t t) {
   return LAMP_OK;
 }
 
-lamp_status lamp_maxpool_backward(lamp_device device, float *dx, const float *dy, const int32_t *argmax,
-                                  size_t n_planes, const lamp_conv_geom *g) {
-  lamp_status s = check("maxpool_backward", device, g);
-  if (s != LAMP_OK) return s;
-  pool_back_job j = {dx, dy, argmax, n_planes, lamp_backend_threads(device), g};
+static lamp_status max_backward_f32(float *dx, const float *dy, const int32_t *argmax, size_t n_planes,
+                                    const lamp_conv_geom *g) {
+  pool_back_job j = {dx, dy, argmax, n_planes, lamp_cpu_threads(), g};
   if (j.tasks > n_planes) j.tasks = n_planes ? n_planes : 1;
-  return lamp_parallel_for(device, j.tasks, maxpool_backward_task, &j);
+  return lamp_cpu_parallel_for(j.tasks, maxpool_backward_task, &j);
 }
 
 static void avgpool_plane(float *y, const float *x, const lamp_conv_geom *g) {
@@ -283,21 +270,128 @@ static void avgpool_plane_backward(float *dx, const float *dy, const lamp_conv_g
   }
 }
 
-lamp_status lamp_avgpool_forward(lamp_device device, float *y, const float *x, size_t n_planes,
-                                 const lamp_conv_geom *g) {
-  lamp_status s = check("avgpool_forward", device, g);
-  if (s != LAMP_OK) return s;
+static lamp_status avg_forward_f32(float *y, const float *x, size_t n_planes, const lamp_conv_geom *g) {
   size_t in = g->height * g->width, out = g->out_h * g->out_w;
   for (size_t p = 0; p < n_planes; p++) avgpool_plane(y + p * out, x + p * in, g);
   return LAMP_OK;
 }
 
-lamp_status lamp_avgpool_backward(lamp_device device, float *dx, const float *dy, size_t n_planes,
-                                  const lamp_conv_geom *g) {
-  lamp_status s = check("avgpool_backward", device, g);
-  if (s != LAMP_OK) return s;
+static lamp_status avg_backward_f32(float *dx, const float *dy, size_t n_planes, const lamp_conv_geom *g) {
   size_t in = g->height * g->width, out = g->out_h * g->out_w;
   memset(dx, 0, n_planes * in * sizeof *dx);
   for (size_t p = 0; p < n_planes; p++) avgpool_plane_backward(dx + p * in, dy + p * out, g);
   return LAMP_OK;
+}
+
+/* ---- any float dtype, a group of planes at a time ------------------------------------------- */
+/*
+** The kernels above run in fp32. A 16-bit input or gradient is widened into a workspace first and
+** the result rounded once to the output dtype: comparisons and averages of widened values are
+** exact or fp32-rounded, as in PyTorch's CPU bf16 kernels, which accumulate in fp32. The planes
+** are independent, so 16-bit tensors go through the workspace a group of planes at a time
+** (STAGE_ELEMENTS), never as whole fp32 copies.
+*/
+
+/* fp32 elements a staged group of planes may take on its larger side (1 MiB). */
+#define STAGE_ELEMENTS 262144
+
+typedef enum pool_kind { MAX_FORWARD, MAX_BACKWARD, AVG_FORWARD, AVG_BACKWARD } pool_kind;
+
+/* One pass: `in` is read (x or dy), `out` written (y or dx); per plane, in_plane and out_plane
+   elements. */
+typedef struct pool_pass {
+  pool_kind kind;
+  void *out;
+  lamp_dtype out_dtype;
+  const void *in;
+  lamp_dtype in_dtype;
+  int32_t *argmax; /* written by MAX_FORWARD, read by MAX_BACKWARD */
+  size_t in_plane, out_plane;
+  const lamp_conv_geom *g;
+} pool_pass;
+
+static lamp_status run_f32(const pool_pass *p, float *out, const float *in, size_t first_plane, size_t n) {
+  int32_t *arg = p->argmax != NULL ? p->argmax + first_plane * p->g->out_h * p->g->out_w : NULL;
+  switch (p->kind) {
+  case MAX_FORWARD: return max_forward_f32(out, arg, in, n, p->g);
+  case MAX_BACKWARD: return max_backward_f32(out, in, arg, n, p->g);
+  case AVG_FORWARD: return avg_forward_f32(out, in, n, p->g);
+  default: return avg_backward_f32(out, in, n, p->g);
+  }
+}
+
+static char *element_at(const void *data, lamp_dtype dtype, size_t i) {
+  return (char *)data + i * (dtype == LAMP_F32 ? 4 : 2);
+}
+
+/* Planes per kernel call: all of them when both sides are fp32, else as many as keep the staging
+   within STAGE_ELEMENTS (at least one). */
+static size_t group_planes(const pool_pass *p, size_t planes) {
+  if (p->in_dtype == LAMP_F32 && p->out_dtype == LAMP_F32) return planes;
+  size_t larger = p->in_plane > p->out_plane ? p->in_plane : p->out_plane;
+  size_t group = larger > 0 ? STAGE_ELEMENTS / larger : planes;
+  if (group == 0) group = 1;
+  return group < planes ? group : planes;
+}
+
+static lamp_status run_staged(const pool_pass *p, size_t planes) {
+  size_t group = group_planes(p, planes);
+  float *in32 = NULL, *out32 = NULL;
+  if (p->in_dtype != LAMP_F32 && (in32 = lamp_cpu_workspace(LAMP_CPU_WS_STAGE_IN, group * p->in_plane * 4)) == NULL)
+    return LAMP_ERR_SYSTEM;
+  if (p->out_dtype != LAMP_F32 &&
+      (out32 = lamp_cpu_workspace(LAMP_CPU_WS_STAGE_OUT, group * p->out_plane * 4)) == NULL)
+    return LAMP_ERR_SYSTEM;
+  lamp_status st = LAMP_OK;
+  for (size_t p0 = 0; st == LAMP_OK && p0 < planes; p0 += group) {
+    size_t n = group < planes - p0 ? group : planes - p0;
+    const float *in = (const float *)p->in + p0 * p->in_plane;
+    float *out = out32 != NULL ? out32 : (float *)p->out + p0 * p->out_plane;
+    if (in32 != NULL) {
+      st = lamp_cpu_convert_parallel(in32, LAMP_F32, element_at(p->in, p->in_dtype, p0 * p->in_plane), p->in_dtype,
+                                     n * p->in_plane);
+      in = in32;
+    }
+    if (st == LAMP_OK) st = run_f32(p, out, in, p0, n);
+    if (st == LAMP_OK && out32 != NULL)
+      st = lamp_cpu_convert_parallel(element_at(p->out, p->out_dtype, p0 * p->out_plane), p->out_dtype, out32,
+                                     LAMP_F32, n * p->out_plane);
+  }
+  return st;
+}
+
+static lamp_status pool_run(const char *fn, pool_pass *p, size_t planes) {
+  lamp_status s = check(fn, p->g);
+  if (s == LAMP_OK) s = lamp_cpu_check_float(fn, "input", p->in_dtype);
+  if (s == LAMP_OK) s = lamp_cpu_check_float(fn, "output", p->out_dtype);
+  if (s != LAMP_OK) return s;
+  return run_staged(p, planes);
+}
+
+lamp_status lamp_cpu_maxpool_forward(void *y, lamp_dtype y_dtype, int32_t *argmax, const void *x, lamp_dtype x_dtype,
+                                     size_t n_planes, const lamp_conv_geom *g) {
+  size_t in = g->height * g->width, out = g->out_h * g->out_w;
+  pool_pass p = {MAX_FORWARD, y, y_dtype, x, x_dtype, argmax, in, out, g};
+  return pool_run("maxpool_forward", &p, n_planes);
+}
+
+lamp_status lamp_cpu_maxpool_backward(void *dx, lamp_dtype dx_dtype, const void *dy, lamp_dtype dy_dtype,
+                                      const int32_t *argmax, size_t n_planes, const lamp_conv_geom *g) {
+  size_t in = g->height * g->width, out = g->out_h * g->out_w;
+  pool_pass p = {MAX_BACKWARD, dx, dx_dtype, dy, dy_dtype, (int32_t *)(uintptr_t)argmax, out, in, g};
+  return pool_run("maxpool_backward", &p, n_planes);
+}
+
+lamp_status lamp_cpu_avgpool_forward(void *y, lamp_dtype y_dtype, const void *x, lamp_dtype x_dtype, size_t n_planes,
+                                     const lamp_conv_geom *g) {
+  size_t in = g->height * g->width, out = g->out_h * g->out_w;
+  pool_pass p = {AVG_FORWARD, y, y_dtype, x, x_dtype, NULL, in, out, g};
+  return pool_run("avgpool_forward", &p, n_planes);
+}
+
+lamp_status lamp_cpu_avgpool_backward(void *dx, lamp_dtype dx_dtype, const void *dy, lamp_dtype dy_dtype,
+                                      size_t n_planes, const lamp_conv_geom *g) {
+  size_t in = g->height * g->width, out = g->out_h * g->out_w;
+  pool_pass p = {AVG_BACKWARD, dx, dx_dtype, dy, dy_dtype, NULL, out, in, g};
+  return pool_run("avgpool_backward", &p, n_planes);
 }

@@ -6,6 +6,7 @@
 
 #include "backend/backend.h"
 #include "backend/cpu/cpu_backend.h"
+#include "base/cpu.h"
 #include "base/error.h"
 
 #define BLOCK LAMP_CPU_BLOCK
@@ -39,9 +40,8 @@ static void sum_rows_cpu(float *out, const void *dy, lamp_dtype dtype, size_t ro
   }
 }
 
-lamp_status lamp_sum_rows(lamp_device device, float *out, const void *dy, lamp_dtype dy_dtype,
+lamp_status lamp_cpu_sum_rows(float *out, const void *dy, lamp_dtype dy_dtype,
                           size_t rows, size_t cols, float alpha, float beta) {
-  if (device != LAMP_CPU) return lamp_cpu_unsupported_device("sum_rows", device);
   lamp_status s = lamp_cpu_check_float("sum_rows", "dy", dy_dtype);
   if (s == LAMP_OK) s = lamp_cpu_check_data("sum_rows", "out", out, cols);
   if (s == LAMP_OK) s = lamp_cpu_check_data("sum_rows", "dy", dy, rows * cols);
@@ -82,13 +82,12 @@ __attribute__((target("avx2"))) static double sum_squares_avx2(const float *x, s
 
 static double sum_squares_cpu(const float *x, size_t n) {
 #if defined(__x86_64__) || defined(__i386__)
-  if (__builtin_cpu_supports("avx2")) return sum_squares_avx2(x, n);
+  if (lamp_cpu_has(LAMP_ISA_AVX2)) return sum_squares_avx2(x, n);
 #endif
   return sum_squares_loop(x, n);
 }
 
-lamp_status lamp_sum_squares(lamp_device device, const float *x, size_t n, double *out) {
-  if (device != LAMP_CPU) return lamp_cpu_unsupported_device("sum_squares", device);
+lamp_status lamp_cpu_sum_squares(const float *x, size_t n, double *out) {
   lamp_status s = lamp_cpu_check_data("sum_squares", "x", x, n);
   if (s == LAMP_OK) s = lamp_cpu_check_data("sum_squares", "out", out, 1);
   if (s != LAMP_OK) return s;
@@ -109,9 +108,8 @@ static int32_t row_argmax(const void *x, lamp_dtype dtype, size_t first, size_t 
   return (int32_t)index;
 }
 
-lamp_status lamp_argmax_rows(lamp_device device, int32_t *out, const void *x, lamp_dtype dtype,
+lamp_status lamp_cpu_argmax_rows(int32_t *out, const void *x, lamp_dtype dtype,
                              size_t rows, size_t cols) {
-  if (device != LAMP_CPU) return lamp_cpu_unsupported_device("argmax_rows", device);
   lamp_status s = lamp_cpu_check_float("argmax_rows", NULL, dtype);
   if (s == LAMP_OK) s = lamp_cpu_check_data("argmax_rows", "out", out, rows);
   if (s == LAMP_OK) s = lamp_cpu_check_data("argmax_rows", "x", x, rows * cols);

@@ -26,11 +26,11 @@ static lamp_status run_half(void *ctx, size_t worker, size_t task) {
 }
 
 lamp_status lamp_cpu_split_pass(size_t n, lamp_range_fn fn, void *ctx) {
-  if (n < SPLIT_MIN || lamp_backend_threads(LAMP_CPU) < 2) {
+  if (n < SPLIT_MIN || lamp_cpu_threads() < 2) {
     fn(ctx, 0, 0, n);
     return LAMP_OK;
   }
   /* The cut on a 64-byte boundary of fp32 data keeps each half's vector loop aligned alike. */
   halves h = {fn, ctx, n, (n / 2) & ~(size_t)15};
-  return lamp_parallel_for(LAMP_CPU, 2, run_half, &h);
+  return lamp_cpu_parallel_for(2, run_half, &h);
 }

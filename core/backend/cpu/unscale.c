@@ -74,9 +74,8 @@ static void unscale_range(void *ctx, size_t part, size_t begin, size_t end) {
   p->bad[part] = p->inv_scale == 1.0f ? check_f32(g, end - begin) : unscale_f32(g, end - begin, p->inv_scale);
 }
 
-lamp_status lamp_unscale_and_check(lamp_device device, float *g, size_t n, float inv_scale,
+lamp_status lamp_cpu_unscale_and_check(float *g, size_t n, float inv_scale,
                                    int *found_inf) {
-  if (device != LAMP_CPU) return lamp_cpu_unsupported_device("unscale_and_check", device);
   lamp_status s = lamp_cpu_check_data("unscale_and_check", "g", g, n);
   if (s == LAMP_OK) s = lamp_cpu_check_data("unscale_and_check", "found_inf", found_inf, 1);
   if (s != LAMP_OK) return s;

@@ -1,0 +1,334 @@
+/*
+** Direct convolution of the stride-1 "same" geometry, on AVX-512.
+**
+** For the 3x3 / padding 1 convolutions of small CNNs the columns are nine shifted copies of the
+** input, which im2col writes and the GEMM then packs again before its kernel reads them: for
+** the thin products of 16 or 32 channels that traffic costs as much as the arithmetic. Here a
+** kernel reads the input planes directly (the zero border is implied, see tap_masks): 16 output
+** channels of 16 adjacent pixels of a row are accumulated in registers over every (channel,
+** tap), the weight of each broadcast from a [K][16-padded] transposed copy. It needs AVX-512
+** (checked at run time); elsewhere lamp_cpu_conv_direct_supported says no and callers take
+** im2col + GEMM.
+**
+** Numerically it is a GEMM over the same K terms, accumulated in order with fused
+** multiply-adds: a reassociation of the same products, as any BLAS kernel does.
+*/
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "backend/cpu/cpu_backend.h"
+#include "base/cpu.h"
+#include "base/error.h"
+#include "tensor/half.h"
+
+#define DIRECT_BLOCK 16
+
+/* 3x3, stride 1, padding 1, no dilation: the output planes are the input's size. */
+static int direct_geometry(const lamp_conv_geom *g) {
+  return g->kernel_h == 3 && g->kernel_w == 3 && g->stride_h == 1 && g->stride_w == 1 && g->dilation_h == 1 &&
+         g->dilation_w == 1 && g->pad_h == 1 && g->pad_w == 1 && g->out_h == g->height && g->out_w == g->width &&
+         g->channels > 0 && g->width <= 1024 && g->height <= 1024;
+}
+
+/* The weight gradient's workspaces: output channels padded to whole vectors, and the input
+   planes with a zero border (see grad_cpu). */
+static size_t padded_outputs(size_t n_out) { return (n_out + 15) / 16 * 16; }
+
+static size_t bordered_floats(const lamp_conv_geom *g) {
+  return (g->channels * (g->height + 2) * (g->width + 2) + 15) / 16 * 16;
+}
+
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#include <immintrin.h>
+
+/*
+** 16-bit input planes widened into work (fp32, [channels][h][w]), exactly as lamp_convert widens
+** them; fp32 planes are read in place.
+*/
+static const float *fp32_planes(const void *x, lamp_dtype dtype, const lamp_conv_geom *g, float *work) {
+  if (dtype == LAMP_F32) return x;
+  size_t n = g->channels * g->height * g->width;
+  if (dtype == LAMP_F16) lamp_f16_to_f32_n(work, x, n);
+  else lamp_bf16_to_f32_n(work, x, n);
+  return work;
+}
+
+/*
+** The zero border of "padding 1" is never formed. Pixels are taken 16 at a time in raster order
+** (flattened: a block may wrap onto the next row, so a 28 or 14 wide plane fills its lanes),
+** and a tap that falls outside the image is a masked-off lane, which loads as 0 and is never
+** accessed; a row of taps outside the image for every lane of a block is skipped. Either way
+** the products are w * 0 = +-0, and adding +-0 to an accumulator that starts at +0 changes
+** nothing (a sum of finite products is never -0): the sums are those of the zero-bordered
+** input, bit for bit.
+*/
+static inline uint32_t low_lanes(size_t k) { return k >= 16 ? 0xffffu : (uint32_t)((1u << k) - 1u); }
+
+/*
+** For the n pixels from flattened index p0 of an h x w plane: rows[i], the lanes whose tap row
+** (i = 0, 1, 2: above, same, below) lies inside the image, and cols[j], those whose tap column
+** (left, same, right) does.
+*/
+static void block_lanes(uint32_t rows[3], uint32_t cols[3], size_t p0, size_t n, size_t w, size_t plane) {
+  uint32_t lanes = low_lanes(n), first = 0, last = 0;
+  size_t ox = p0 % w;
+  for (size_t l = ox == 0 ? 0 : w - ox; l < n; l += w) first |= 1u << l; /* column 0 */
+  for (size_t l = w - 1 - ox; l < n; l += w) last |= 1u << l;             /* column w - 1 */
+  rows[0] = p0 < w ? lanes & ~low_lanes(w - p0) : lanes;
+  rows[1] = lanes;
+  rows[2] = p0 + w >= plane ? 0 : lanes & low_lanes(plane - w - p0);
+  cols[0] = lanes & ~first;
+  cols[1] = lanes;
+  cols[2] = lanes & ~last;
+}
+
+/* Tap (i, j) of pixel p0 in a plane w wide, x[p0 + (i - 1) * w + j - 1], as an address formed
+   without pointer arithmetic outside the array (its lanes there are masked off, never accessed). */
+static inline const float *tap_address(const float *plane, size_t p0, size_t w, size_t i, size_t j) {
+  return (const float *)(const void *)((uintptr_t)plane + (p0 + i * w + j) * sizeof(float) -
+                                       (w + 1) * sizeof(float));
+}
+
+/*
+** 16 output channels (o0...) of the `n` pixels from flattened index p0: a step loads one pixel
+** vector and issues 16 fused multiply-adds with the weights broadcast from memory. (Two pixel
+** blocks sharing register-broadcast weights measured slower.) The accumulators are named one by
+** one so that they stay in registers.
+*/
+#define DIRECT_ACC(X) X(0) X(1) X(2) X(3) X(4) X(5) X(6) X(7) X(8) X(9) X(10) X(11) X(12) X(13) X(14) X(15)
+#define DIRECT_ZERO(o) __m512 a##o = _mm512_setzero_ps();
+#define DIRECT_FMA(o) a##o = _mm512_fmadd_ps(_mm512_set1_ps(wk[o]), v, a##o);
+#define DIRECT_SAVE(o) acc[o] = a##o;
+
+__attribute__((target("avx512f"))) static void direct_block(float *out, size_t ld_out, const float *x,
+                                                            const float *wt, size_t ldw, size_t o0, size_t n_out,
+                                                            size_t p0, size_t n, const lamp_conv_geom *g) {
+  size_t w = g->width, plane = g->height * w;
+  uint32_t rows[3], cols[3];
+  block_lanes(rows, cols, p0, n, w, plane);
+  DIRECT_ACC(DIRECT_ZERO)
+  const float *wk = wt + o0;
+  for (size_t c = 0; c < g->channels; c++)
+    for (size_t i = 0; i < 3; i++) { /* the three taps of a row unrolled */
+      if (rows[i] == 0) { /* a row of the zero border for every pixel: nothing to add */
+        wk += 3 * ldw;
+        continue;
+      }
+      const float *xc = x + c * plane;
+      __m512 v = _mm512_maskz_loadu_ps((__mmask16)(rows[i] & cols[0]), tap_address(xc, p0, w, i, 0));
+      DIRECT_ACC(DIRECT_FMA)
+      wk += ldw;
+      v = _mm512_maskz_loadu_ps((__mmask16)(rows[i] & cols[1]), tap_address(xc, p0, w, i, 1));
+      DIRECT_ACC(DIRECT_FMA)
+      wk += ldw;
+      v = _mm512_maskz_loadu_ps((__mmask16)(rows[i] & cols[2]), tap_address(xc, p0, w, i, 2));
+      DIRECT_ACC(DIRECT_FMA)
+      wk += ldw;
+    }
+  __m512 acc[DIRECT_BLOCK];
+  DIRECT_ACC(DIRECT_SAVE)
+  size_t valid = n_out - o0 < DIRECT_BLOCK ? n_out - o0 : DIRECT_BLOCK;
+  float *dst = out + o0 * ld_out + p0;
+  for (size_t o = 0; o < valid; o++) _mm512_mask_storeu_ps(dst + o * ld_out, (__mmask16)cols[1], acc[o]);
+}
+
+/* Both kernels leave with vzeroupper: the SSE code after them would run slowly behind dirty
+   upper register halves. */
+__attribute__((target("avx512f"))) static void direct_cpu(float *out, size_t ld_out, const void *x, lamp_dtype x_dtype,
+                                                          const float *wt, size_t ldw, size_t n_out,
+                                                          const lamp_conv_geom *g, float *work) {
+  const float *planes = fp32_planes(x, x_dtype, g, work);
+  size_t plane = g->out_h * g->out_w;
+  for (size_t o0 = 0; o0 < n_out; o0 += DIRECT_BLOCK)
+    for (size_t p0 = 0; p0 < plane; p0 += DIRECT_BLOCK)
+      direct_block(out, ld_out, planes, wt, ldw, o0, n_out, p0, lamp_cpu_min(DIRECT_BLOCK, plane - p0), g);
+  _mm256_zeroupper();
+}
+
+/*
+** The weight gradient, gw[o][r] = sum_p dy[o][p] * col[r][p] (r = (c * 3 + i) * 3 + j), with the
+** output channels in the vector lanes: dy is transposed to [pixel][16-padded outputs] and the
+** input given a zero border, so that for each pixel one vector of dy meets, by broadcast, the
+** 9 taps of two input channels at once (18 accumulators; the direct forward's shape, which runs
+** near the FMA peak, where lanes along the pixels wasted masked tails and split loads). The
+** sums stay in the accumulator buffer acc[r][16-padded outputs] across a worker's images
+** (pixels in raster order, images in turn) and are transposed into gw once per batch.
+*/
+/* The 9 taps (i, j) of one input channel, read through p, into accumulators k (0-8, 9-17). */
+#define GRAD_TAPS_0(X, p) X(0, p, 0, 0) X(1, p, 0, 1) X(2, p, 0, 2) X(3, p, 1, 0) X(4, p, 1, 1) \
+  X(5, p, 1, 2) X(6, p, 2, 0) X(7, p, 2, 1) X(8, p, 2, 2)
+#define GRAD_TAPS_9(X, p) X(9, p, 0, 0) X(10, p, 0, 1) X(11, p, 0, 2) X(12, p, 1, 0) X(13, p, 1, 1) \
+  X(14, p, 1, 2) X(15, p, 2, 0) X(16, p, 2, 1) X(17, p, 2, 2)
+#define GRAD_ZERO(k, p, i, j) __m512 a##k = _mm512_setzero_ps();
+#define GRAD_FMA(k, p, i, j) a##k = _mm512_fmadd_ps(d, _mm512_set1_ps(p[(i) * wp + (j)]), a##k);
+#define GRAD_STORE(k, p, i, j) grad_store(acc + (r0 + (k)) * o16, a##k, accumulate);
+
+/* Hides where p points from the optimiser: neighbouring pixels share taps, and GCC would keep them
+   in registers from one pixel to the next, shuffling and spilling them, where a broadcast straight
+   from memory into each FMA is what the load ports can feed at full rate. */
+#define OPAQUE(p) __asm__("" : "+r"(p))
+
+__attribute__((target("avx512f"))) static inline void grad_store(float *dst, __m512 v, int accumulate) {
+  if (accumulate) v = _mm512_add_ps(_mm512_loadu_ps(dst), v);
+  _mm512_storeu_ps(dst, v);
+}
+
+/* Rows r0 .. r0 + 17 (input channels c, c + 1) of output block ob: xp the bordered planes. */
+__attribute__((target("avx512f"))) static void grad_two_channels(float *acc, size_t o16, size_t r0, const float *xp,
+                                                                 const float *dyt, const lamp_conv_geom *g,
+                                                                 int accumulate) {
+  size_t h = g->height, w = g->width, wp = w + 2, plane_p = (h + 2) * wp;
+  GRAD_TAPS_0(GRAD_ZERO, p0)
+  GRAD_TAPS_9(GRAD_ZERO, p1)
+  for (size_t oy = 0; oy < h; oy++)
+    for (size_t ox = 0; ox < w; ox++) {
+      __m512 d = _mm512_loadu_ps(dyt + (oy * w + ox) * o16);
+      const float *p0 = xp + oy * wp + ox, *p1 = p0 + plane_p;
+      OPAQUE(p0);
+      OPAQUE(p1);
+      GRAD_TAPS_0(GRAD_FMA, p0)
+      GRAD_TAPS_9(GRAD_FMA, p1)
+    }
+  GRAD_TAPS_0(GRAD_STORE, p0)
+  GRAD_TAPS_9(GRAD_STORE, p1)
+}
+
+/* The same for a last, odd input channel: rows r0 .. r0 + 8. */
+__attribute__((target("avx512f"))) static void grad_one_channel(float *acc, size_t o16, size_t r0, const float *xp,
+                                                                const float *dyt, const lamp_conv_geom *g,
+                                                                int accumulate) {
+  size_t h = g->height, w = g->width, wp = w + 2;
+  GRAD_TAPS_0(GRAD_ZERO, p0)
+  for (size_t oy = 0; oy < h; oy++)
+    for (size_t ox = 0; ox < w; ox++) {
+      __m512 d = _mm512_loadu_ps(dyt + (oy * w + ox) * o16);
+      const float *p0 = xp + oy * wp + ox;
+      OPAQUE(p0);
+      GRAD_TAPS_0(GRAD_FMA, p0)
+    }
+  GRAD_TAPS_0(GRAD_STORE, p0)
+}
+
+/* x's planes (widened where 16-bit, exactly as lamp_convert does) with a zero border: [c][h+2][w+2]. */
+static void bordered_planes(float *xp, const void *x, lamp_dtype dtype, const lamp_conv_geom *g) {
+  size_t h = g->height, w = g->width, wp = w + 2, plane_p = (h + 2) * wp;
+  for (size_t c = 0; c < g->channels; c++) {
+    float *dst = xp + c * plane_p;
+    memset(dst, 0, wp * sizeof *dst);
+    memset(dst + (h + 1) * wp, 0, wp * sizeof *dst);
+    for (size_t y = 0; y < h; y++) {
+      float *row = dst + (y + 1) * wp;
+      size_t first = (c * h + y) * w;
+      row[0] = row[w + 1] = 0.0f;
+      if (dtype == LAMP_F32) memcpy(row + 1, (const float *)x + first, w * sizeof *row);
+      else if (dtype == LAMP_F16) lamp_f16_to_f32_n(row + 1, (const uint16_t *)x + first, w);
+      else lamp_bf16_to_f32_n(row + 1, (const uint16_t *)x + first, w);
+    }
+  }
+}
+
+/* dy [n_out][plane] as [plane][o16], the outputs past n_out zero: 16 outputs of a pixel per
+   gather (direct_geometry keeps 15 planes' offsets within int32). */
+__attribute__((target("avx512f"))) static void transpose_dy(float *dyt, const float *dy, size_t n_out, size_t o16,
+                                                            size_t plane) {
+  const __m512i index = _mm512_mullo_epi32(_mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0),
+                                           _mm512_set1_epi32((int)plane));
+  for (size_t ob = 0; ob < o16; ob += 16) {
+    size_t n = lamp_cpu_min(16, n_out - ob);
+    __mmask16 valid = (__mmask16)((1u << n) - 1u);
+    const float *src = dy + ob * plane;
+    for (size_t p = 0; p < plane; p++)
+      _mm512_storeu_ps(dyt + p * o16 + ob,
+                       _mm512_mask_i32gather_ps(_mm512_setzero_ps(), valid, index, src + p, sizeof(float)));
+  }
+}
+
+__attribute__((target("avx512f"))) static void grad_cpu(float *acc, const void *x, lamp_dtype x_dtype,
+                                                        const float *dy, size_t n_out, const lamp_conv_geom *g,
+                                                        float *work, int accumulate) {
+  size_t o16 = padded_outputs(n_out), plane = g->height * g->width, plane_p = (g->height + 2) * (g->width + 2);
+  float *xp = work, *dyt = work + bordered_floats(g);
+  bordered_planes(xp, x, x_dtype, g);
+  transpose_dy(dyt, dy, n_out, o16, plane);
+  for (size_t ob = 0; ob < o16; ob += 16) {
+    size_t c = 0;
+    for (; c + 2 <= g->channels; c += 2)
+      grad_two_channels(acc + ob, o16, c * 9, xp + c * plane_p, dyt + ob, g, accumulate);
+    if (c < g->channels) grad_one_channel(acc + ob, o16, c * 9, xp + c * plane_p, dyt + ob, g, accumulate);
+  }
+  _mm256_zeroupper();
+}
+
+#else
+static void grad_cpu(float *acc, const void *x, lamp_dtype x_dtype, const float *dy, size_t n_out,
+                     const lamp_conv_geom *g, float *work, int accumulate) {
+  (void)acc, (void)x, (void)x_dtype, (void)dy, (void)n_out, (void)g, (void)work, (void)accumulate;
+}
+static void direct_cpu(float *out, size_t ld_out, const void *x, lamp_dtype x_dtype, const float *wt, size_t ldw,
+                       size_t n_out, const lamp_conv_geom *g, float *work) {
+  (void)out, (void)ld_out, (void)x, (void)x_dtype, (void)wt, (void)ldw, (void)n_out, (void)g, (void)work;
+}
+#endif
+
+int lamp_cpu_conv_direct_supported(const lamp_conv_geom *g) {
+  return direct_geometry(g) && lamp_cpu_has(LAMP_ISA_AVX512F);
+}
+
+size_t lamp_cpu_conv_direct_width(size_t n_out) { return (n_out + DIRECT_BLOCK - 1) / DIRECT_BLOCK * DIRECT_BLOCK; }
+
+size_t lamp_cpu_conv_direct_work(const lamp_conv_geom *g) { return g->channels * g->height * g->width; }
+
+size_t lamp_cpu_conv_direct_grad_work(const lamp_conv_geom *g, size_t n_out) {
+  return bordered_floats(g) + g->height * g->width * padded_outputs(n_out);
+}
+
+size_t lamp_cpu_conv_direct_grad_acc(const lamp_conv_geom *g, size_t n_out) {
+  return g->channels * 9 * padded_outputs(n_out);
+}
+
+lamp_status lamp_cpu_conv_direct_typed(float *out, size_t ld_out, const void *x, lamp_dtype x_dtype,
+                                   const float *wt, size_t ldw, size_t n_out, const lamp_conv_geom *g, float *work) {
+  if (!lamp_cpu_conv_direct_supported(g))
+    return lamp_error(LAMP_ERR_UNSUPPORTED, "conv_direct: this geometry or CPU is not supported");
+  if (ldw < lamp_cpu_conv_direct_width(n_out) || ldw % DIRECT_BLOCK != 0)
+    return lamp_error(LAMP_ERR_INVALID_ARG, "conv_direct: ldw %zu must be a multiple of %d covering %zu outputs", ldw,
+                      DIRECT_BLOCK, n_out);
+  lamp_status s = lamp_cpu_check_float("conv_direct", "x", x_dtype);
+  if (s != LAMP_OK) return s;
+  direct_cpu(out, ld_out, x, x_dtype, wt, ldw, n_out, g, work);
+  return LAMP_OK;
+}
+
+lamp_status lamp_cpu_conv_direct(float *out, size_t ld_out, const float *x, const float *wt,
+                             size_t ldw, size_t n_out, const lamp_conv_geom *g, float *work) {
+  return lamp_cpu_conv_direct_typed(out, ld_out, x, LAMP_F32, wt, ldw, n_out, g, work);
+}
+
+lamp_status lamp_cpu_conv_direct_grad_typed(float *acc, const void *x, lamp_dtype x_dtype,
+                                        const float *dy, size_t n_out, const lamp_conv_geom *g, float *work,
+                                        int accumulate) {
+  if (!lamp_cpu_conv_direct_supported(g))
+    return lamp_error(LAMP_ERR_UNSUPPORTED, "conv_direct_grad: this geometry or CPU is not supported");
+  lamp_status s = lamp_cpu_check_float("conv_direct_grad", "x", x_dtype);
+  if (s != LAMP_OK) return s;
+  grad_cpu(acc, x, x_dtype, dy, n_out, g, work, accumulate);
+  return LAMP_OK;
+}
+
+lamp_status lamp_cpu_conv_direct_grad(float *acc, const float *x, const float *dy, size_t n_out,
+                                  const lamp_conv_geom *g, float *work, int accumulate) {
+  return lamp_cpu_conv_direct_grad_typed(acc, x, LAMP_F32, dy, n_out, g, work, accumulate);
+}
+
+/* gw[o][r] (+)= acc[r][o]: the accumulators, output channels in the lanes, in the weights' layout. */
+lamp_status lamp_cpu_conv_direct_grad_reduce(float *gw, size_t ldg, const float *acc, size_t n_out,
+                                         size_t rows, int accumulate) {
+  size_t o16 = padded_outputs(n_out);
+  for (size_t o = 0; o < n_out; o++)
+    for (size_t r = 0; r < rows; r++) {
+      float v = acc[r * o16 + o];
+      gw[o * ldg + r] = accumulate ? gw[o * ldg + r] + v : v;
+    }
+  return LAMP_OK;
+}

@@ -1,0 +1,68 @@
+/*
+** The backends, one per device, registered in one place. The CPU's is built in; another device's
+** backend is registered once, before use (the simulated device by the programs built for the
+** tests). Registration also lends the backend's allocator to core/tensor, so tensors can live on
+** the device.
+*/
+#include <stdio.h>
+#include <string.h>
+
+#include "backend/backend_impl.h"
+#include "base/error.h"
+
+static const lamp_backend *backends[LAMP_DEVICE_SLOTS] = {[LAMP_CPU] = &lamp_cpu_backend};
+
+_Static_assert(LAMP_DEVICE_COUNT <= LAMP_SIM, "the simulated device's slot must follow the ABI's devices");
+_Static_assert(LAMP_SIM < LAMP_DEVICE_SLOTS, "LAMP_DEVICE_SLOTS must hold the simulated device");
+
+lamp_status lamp_backend_register(lamp_device device, const lamp_backend *backend) {
+  if ((unsigned)device >= LAMP_DEVICE_SLOTS || backend == NULL)
+    return lamp_error(LAMP_ERR_INTERNAL, "backend: device %d cannot be registered", (int)device);
+  if (backends[device] != NULL)
+    return lamp_error(LAMP_ERR_INVALID_USAGE, "backend: device %s already has its backend (%s)",
+                      lamp_device_name(device), backends[device]->memory.name);
+  lamp_status st = lamp_device_memory_register(device, &backend->memory);
+  if (st == LAMP_OK) backends[device] = backend;
+  return st;
+}
+
+const lamp_backend *lamp_backend_get(lamp_device device, const char *op) {
+  if ((unsigned)device < LAMP_DEVICE_SLOTS && backends[device] != NULL) return backends[device];
+  lamp_error(LAMP_ERR_UNSUPPORTED, "%s: device %s is not supported by this build", op, lamp_device_name(device));
+  return NULL;
+}
+
+lamp_status lamp_device_check(lamp_device device) {
+  return lamp_backend_get(device, "device") != NULL ? LAMP_OK : LAMP_ERR_UNSUPPORTED;
+}
+
+int lamp_device_has(lamp_device device, unsigned caps) {
+  const lamp_backend *b = (unsigned)device < LAMP_DEVICE_SLOTS ? backends[device] : NULL;
+  return b != NULL && (b->caps & caps) == caps;
+}
+
+int lamp_device_count(lamp_device device) {
+  const lamp_backend *b = (unsigned)device < LAMP_DEVICE_SLOTS ? backends[device] : NULL;
+  return b != NULL && b->count != NULL ? b->count() : 0;
+}
+
+lamp_status lamp_device_parse(const char *name, lamp_device *out) {
+  char known[128] = "";
+  for (int d = 0; d < LAMP_DEVICE_SLOTS; d++) {
+    if (d >= LAMP_DEVICE_COUNT && backends[d] == NULL) continue;
+    const char *n = lamp_device_name((lamp_device)d);
+    if (name != NULL && strcmp(name, n) == 0) {
+      *out = (lamp_device)d;
+      return LAMP_OK;
+    }
+    size_t used = strlen(known);
+    snprintf(known + used, sizeof known - used, "%s%s", used ? ", " : "", n);
+  }
+  return lamp_error(LAMP_ERR_INVALID_ARG, "device '%s' is not known (expected one of: %s)", name ? name : "(null)",
+                    known);
+}
+
+void lamp_backend_release_workspace(void) {
+  for (int d = 0; d < LAMP_DEVICE_SLOTS; d++)
+    if (backends[d] != NULL && backends[d]->release_workspace != NULL) backends[d]->release_workspace();
+}

@@ -1,0 +1,31 @@
+/*
+** What the processor can do, asked once per process: the instruction sets the kernels choose
+** between at run time. A build runs on any x86-64; each kernel takes the fastest path that both
+** the CPU and the operating system allow (AVX state saved by the OS, AVX-512 state too). Every
+** feature test of the code base, tests included, goes through here.
+*/
+#ifndef LAMP_BASE_CPU_H
+#define LAMP_BASE_CPU_H
+
+typedef enum lamp_isa {
+  LAMP_ISA_AVX = 0,
+  LAMP_ISA_AVX2,
+  LAMP_ISA_FMA,
+  LAMP_ISA_F16C,
+  LAMP_ISA_AVX512F,
+  LAMP_ISA_AVX512BW,
+  LAMP_ISA_AVX512VL,
+  LAMP_ISA_AVX512DQ,
+  LAMP_ISA_AVX512BF16,
+  LAMP_ISA_XGETBV1, /* XGETBV with ECX = 1 reads XINUSE (which register states are in use) */
+  LAMP_ISA_COUNT
+} lamp_isa;
+
+/* 1 when the CPU has the feature and the OS saves the registers it uses; 0 elsewhere (and on
+   every feature off x86-64). */
+int lamp_cpu_has(lamp_isa isa);
+
+/* "avx512f"; "?" for a value out of range. */
+const char *lamp_isa_name(lamp_isa isa);
+
+#endif
