@@ -47,6 +47,17 @@ int lamp_device_count(lamp_device device);
 /* A device from its name ("cpu", "cuda", "sim"); LAMP_ERR_INVALID_ARG naming the known ones. */
 lamp_status lamp_device_parse(const char *name, lamp_device *out);
 
+/* Which of the devices of `device`'s kind this process uses: 0 unless lamp_device_select chose
+   another; -1 without a backend. */
+int lamp_device_ordinal(lamp_device device);
+/* Chooses it; an ordinal outside [0, lamp_device_count) is LAMP_ERR_INVALID_ARG naming both. */
+lamp_status lamp_device_select(lamp_device device, int ordinal);
+
+/* The device this process trains on (set by lamp.device() and by a Trainer): what plugins are
+   told the run uses. LAMP_CPU until set; setting a device without a backend fails, naming it. */
+lamp_device lamp_run_device(void);
+lamp_status lamp_set_run_device(lamp_device device);
+
 /*
 ** bytes from src on src_device to dst on dst_device; either side may be the host (LAMP_HOST).
 ** Returns once a host source may be reused and a host destination holds the data; a copy within

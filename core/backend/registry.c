@@ -11,6 +11,8 @@
 #include "base/error.h"
 
 static const lamp_backend *backends[LAMP_DEVICE_SLOTS] = {[LAMP_CPU] = &lamp_cpu_backend};
+static int ordinals[LAMP_DEVICE_SLOTS];
+static lamp_device run_device = LAMP_CPU;
 
 _Static_assert(LAMP_DEVICE_COUNT <= LAMP_SIM, "the simulated device's slot must follow the ABI's devices");
 _Static_assert(LAMP_SIM < LAMP_DEVICE_SLOTS, "LAMP_DEVICE_SLOTS must hold the simulated device");
@@ -60,6 +62,28 @@ lamp_status lamp_device_parse(const char *name, lamp_device *out) {
   }
   return lamp_error(LAMP_ERR_INVALID_ARG, "device '%s' is not known (expected one of: %s)", name ? name : "(null)",
                     known);
+}
+
+int lamp_device_ordinal(lamp_device device) {
+  return (unsigned)device < LAMP_DEVICE_SLOTS && backends[device] != NULL ? ordinals[device] : -1;
+}
+
+lamp_status lamp_device_select(lamp_device device, int ordinal) {
+  if (lamp_device_check(device) != LAMP_OK) return LAMP_ERR_UNSUPPORTED;
+  int count = lamp_device_count(device);
+  if (ordinal < 0 || ordinal >= count)
+    return lamp_error(LAMP_ERR_INVALID_ARG, "device %s:%d does not exist (this process sees %d %s device%s)",
+                      lamp_device_name(device), ordinal, count, lamp_device_name(device), count == 1 ? "" : "s");
+  ordinals[device] = ordinal;
+  return LAMP_OK;
+}
+
+lamp_device lamp_run_device(void) { return run_device; }
+
+lamp_status lamp_set_run_device(lamp_device device) {
+  if (lamp_device_check(device) != LAMP_OK) return LAMP_ERR_UNSUPPORTED;
+  run_device = device;
+  return LAMP_OK;
 }
 
 void lamp_backend_release_workspace(void) {
