@@ -6,7 +6,9 @@
 ** the index of the training forward and this layer's stream number within the forward
 ** (exec->rng_streams counts the stochastic layers a forward meets, in order), so a seed
 ** reproduces every mask of a run and two Dropouts in one network draw different masks. The
-** mask (one byte per element, an activation) is kept for backward.
+** mask (one byte per element, an activation) is kept for backward. It is drawn on the host, the
+** same sequence on every device, and copied to the device through its queue; the host buffer is
+** drawn into again only once that copy has been done (the next forward, a step later).
 */
 #include <math.h>
 #include <stdio.h>
@@ -21,7 +23,11 @@
 typedef struct dropout {
   lamp_layer base;
   double p;
-  lamp_tensor *mask;  /* u8, of the last training forward */
+  lamp_tensor *mask;  /* u8, of the last training forward, on the device */
+  uint8_t *drawn;     /* the host buffer it is drawn into, `capacity` bytes */
+  size_t capacity;
+  lamp_event *copied; /* recorded after the mask's copy; on mask_device */
+  lamp_device mask_device;
   int masked;         /* the last forward applied the mask (training with p > 0) */
   uint64_t forwards;  /* own count, used when the caller gives no exec->rng_streams */
 } dropout;
@@ -64,17 +70,40 @@ static lamp_status check_like(const dropout *d, const lamp_tensor *t, const char
                     lamp_nn_shape_text(x->ndim, x->shape, want, sizeof want));
 }
 
+/* The host buffer for n mask bytes, once the device has copied its last contents. */
+static lamp_status host_buffer(dropout *d, lamp_device device, size_t n) {
+  lamp_status st = LAMP_OK;
+  if (d->copied != NULL && d->mask_device != device) {
+    st = lamp_event_wait(d->copied);
+    lamp_event_free(d->copied);
+    d->copied = NULL;
+  }
+  if (st == LAMP_OK && d->copied == NULL) {
+    st = lamp_event_new(device, &d->copied);
+    d->mask_device = device;
+  }
+  if (st == LAMP_OK) st = lamp_event_wait(d->copied);
+  if (st != LAMP_OK || n <= d->capacity) return st;
+  uint8_t *bigger = realloc(d->drawn, n);
+  if (bigger == NULL) return lamp_error(LAMP_ERR_SYSTEM, "Dropout(%g): out of memory for a mask of %zu", d->p, n);
+  d->drawn = bigger;
+  d->capacity = n;
+  return LAMP_OK;
+}
+
 static lamp_status draw_mask(dropout *d, const lamp_exec *exec, const lamp_tensor *x) {
   uint64_t stream = 0, index = exec->forward_index;
   if (exec->rng_streams != NULL) stream = (*exec->rng_streams)++;
   else index = d->forwards++;
+  size_t n = lamp_tensor_numel(x);
   lamp_status st = lamp_tensor_ensure(&d->mask, LAMP_U8, exec->device, x->ndim, x->shape, LAMP_MEM_ACTIVATIONS);
+  if (st == LAMP_OK) st = host_buffer(d, exec->device, n);
   if (st != LAMP_OK) return st;
   lamp_rng rng;
   lamp_rng_seed(&rng, mix64(exec->seed ^ mix64(index ^ mix64(stream + 0x9e3779b97f4a7c15ull))));
-  uint8_t *m = lamp_tensor_data(d->mask);
-  for (size_t i = 0, n = lamp_tensor_numel(x); i < n; i++) m[i] = lamp_rng_uniform(&rng) >= d->p;
-  return LAMP_OK;
+  for (size_t i = 0; i < n; i++) d->drawn[i] = lamp_rng_uniform(&rng) >= d->p;
+  st = lamp_upload_async(exec->device, lamp_tensor_data(d->mask), d->drawn, n);
+  return st == LAMP_OK ? lamp_event_record(d->copied) : st;
 }
 
 static lamp_status dropout_forward(lamp_layer *layer, const lamp_exec *exec, const lamp_tensor *x, lamp_tensor *y) {
@@ -115,7 +144,10 @@ static void dropout_describe(const lamp_layer *layer, char *buf, size_t size) {
 
 static void dropout_destroy(lamp_layer *layer) {
   dropout *d = (dropout *)layer;
+  if (d->copied != NULL) lamp_event_wait(d->copied); /* the device may still be reading drawn */
+  lamp_event_free(d->copied);
   lamp_tensor_release(d->mask);
+  free(d->drawn);
   free(d);
 }
 

@@ -11,7 +11,8 @@ typedef struct lamp_loss_ops {
   /*
   ** loss = mean over rows; dlogits (may be NULL) receives d(grad_scale * loss)/dlogits in
   ** its own dtype; correct (may be NULL) the count of rows whose argmax is the label.
-  ** Computed in fp32 whatever the logits' dtype.
+  ** Computed in fp32 whatever the logits' dtype. value and correct are memory of exec->device,
+  ** like the tensors (the host's on the CPU): a device's loss is read back with lamp_copy.
   */
   lamp_status (*forward_backward)(lamp_loss *loss, const lamp_exec *exec, const lamp_tensor *logits,
                                   const lamp_tensor *labels, float grad_scale, double *value,

@@ -13,6 +13,7 @@
 #include "base/error.h"
 #include "nn/model.h"
 #include "tensor/dtype.h"
+#include "tensor/memory.h"
 #include "tensor/rng.h"
 
 /* How parameter i is initialised; kept beside the public table, which does not carry it. */
@@ -233,17 +234,14 @@ static lamp_status alloc_slabs(lamp_model *m) {
 }
 
 /*
-** Draws every parameter in declaration order from one generator, in double, into the fp32
-** slab the optimizer owns; 16-bit weights are then rounded from it by sync_weights. The same
-** seed thus gives the same fp32 values under every precision policy.
+** Draws every parameter in declaration order from one generator, in double, on the host, and
+** copies them into the fp32 slab the optimizer owns; 16-bit weights are then rounded from it by
+** sync_weights. The same seed thus gives the same fp32 values under every precision policy, on
+** every device.
 */
-static lamp_status init_params(lamp_model *m) {
-  if (m->config.device != LAMP_CPU)
-    return lamp_error(LAMP_ERR_UNSUPPORTED, "model: parameters are initialised on the CPU only; this build has no %s initialiser",
-                      lamp_device_name(m->config.device));
+static lamp_status draw_params(const lamp_model *m, float *dst) {
   lamp_rng rng;
   lamp_rng_seed(&rng, m->config.seed);
-  float *dst = lamp_model_trainable(m);
   for (size_t i = 0; i < m->n_params; i++) {
     float *v = dst + m->params[i].offset;
     const param_init *init = &m->inits[i];
@@ -258,7 +256,17 @@ static lamp_status init_params(lamp_model *m) {
       }
     }
   }
-  return lamp_model_sync_weights(m);
+  return LAMP_OK;
+}
+
+static lamp_status init_params(lamp_model *m) {
+  size_t bytes = m->numel * sizeof(float);
+  float *host = lamp_mem_alloc(LAMP_HOST, LAMP_MEM_WORKSPACE, bytes);
+  if (host == NULL) return lamp_error_context(LAMP_ERR_SYSTEM, "model: initial parameters");
+  lamp_status st = draw_params(m, host);
+  if (st == LAMP_OK) st = lamp_copy(m->config.device, lamp_model_trainable(m), LAMP_HOST, host, bytes);
+  lamp_mem_free(host);
+  return st == LAMP_OK ? lamp_model_sync_weights(m) : st;
 }
 
 /*

@@ -1,6 +1,7 @@
 #include "train/trainer.h"
 
 #include <math.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -14,9 +15,6 @@
 #include "train/grad_buckets.h"
 #include "train/progress.h"
 #include "train/trainer_internal.h"
-
-
-
 
 /* ---- construction ------------------------------------------------------------------------ */
 
@@ -89,7 +87,7 @@ static lamp_status check_ranks_agree(lamp_trainer *t) {
   const float mine[2] = {(float)(lamp_model_numel(t->model) % 16777216u), (float)(h % 16777216u)};
   /* One MAX over (v, -v) gives both the largest and the smallest value of every rank. */
   float both[4] = {mine[0], mine[1], -mine[0], -mine[1]};
-  lamp_status st = lamp_comm_all_reduce(t->config.comm, both, 4, LAMP_F32, LAMP_REDUCE_MAX, LAMP_CPU);
+  lamp_status st = lamp_comm_all_reduce(t->config.comm, both, 4, LAMP_F32, LAMP_REDUCE_MAX, LAMP_HOST);
   if (st != LAMP_OK) return lamp_error_context(st, "Trainer: checking that every rank has the same model");
   if (both[0] != -both[2] || both[1] != -both[3])
     return lamp_error(LAMP_ERR_INVALID_USAGE, "Trainer: the ranks disagree on the model or its plugins (rank %d has %zu parameters in %zu tensors, precision %s, optim %s); every rank must build the same Trainer",
@@ -134,6 +132,16 @@ static lamp_status allocate_optimizer_state(lamp_trainer *t) {
   return LAMP_OK;
 }
 
+/* The step report on the device and its host copy: a few scalars and one loss per micro-step. */
+static lamp_status allocate_report(lamp_trainer *t) {
+  t->report_bytes = sizeof(lamp_step_report) + (size_t)t->config.accum * sizeof(double);
+  t->report = lamp_mem_alloc(t->config.device, LAMP_MEM_WORKSPACE, t->report_bytes);
+  t->report_host = calloc(1, t->report_bytes);
+  if (t->report_host == NULL) return lamp_error(LAMP_ERR_SYSTEM, "Trainer: out of memory for the step report");
+  if (t->report == NULL) return LAMP_ERR_SYSTEM;
+  return lamp_event_new(t->config.device, &t->uploaded);
+}
+
 /* One segment per parameter tensor: the decay flag and lr multiplier travel with it. */
 static lamp_status build_segments(lamp_trainer *t) {
   size_t n = lamp_model_n_params(t->model);
@@ -173,7 +181,8 @@ lamp_status lamp_trainer_new(lamp_trainer **out, const lamp_trainer_config *conf
   t->stats.loss_scale = 1.0;
   double bucket_mb = config->bucket_mb > 0.0 ? config->bucket_mb : 25.0;
   if ((st = build_model(t)) != LAMP_OK || (st = broadcast_initial_parameters(t)) != LAMP_OK ||
-      (st = allocate_optimizer_state(t)) != LAMP_OK || (st = build_segments(t)) != LAMP_OK ||
+      (st = allocate_optimizer_state(t)) != LAMP_OK || (st = allocate_report(t)) != LAMP_OK ||
+      (st = build_segments(t)) != LAMP_OK ||
       (st = lamp_grad_buckets_init(&t->buckets, t->model, config->comm, config->device,
                                    (size_t)(bucket_mb * 1048576.0), config->compress)) != LAMP_OK) {
     lamp_trainer_free(t);
@@ -188,6 +197,11 @@ void lamp_trainer_free(lamp_trainer *t) {
   if (t == NULL) return;
   for (uint32_t i = 0; i < LAMP_OPTIM_MAX_SLOTS; i++) lamp_mem_free(t->slots[i]);
   free(t->segments);
+  lamp_mem_free(t->report);
+  free(t->report_host);
+  lamp_event_free(t->uploaded);
+  lamp_tensor_release(t->x_dev);
+  lamp_tensor_release(t->y_dev);
   lamp_tensor_release(t->dlogits);
   lamp_grad_buckets_free(&t->buckets);
   lamp_model_free(t->model);
@@ -206,22 +220,58 @@ static lamp_exec exec_of(const lamp_trainer *t, int training) {
                      .grad_dtype = (lamp_dtype)t->policy.grad_dtype};
 }
 
-static lamp_status forward_backward(lamp_trainer *t, const lamp_tensor *x, const lamp_tensor *y, double scale,
-                                    double *loss) {
+/*
+** The batch on the run device: x and y themselves when they are there, else copies made through
+** the device's queue (the event says when the host's buffers may be refilled; see
+** wait_for_upload). On the CPU nothing is copied.
+*/
+static lamp_status on_device(lamp_trainer *t, const lamp_tensor **x, const lamp_tensor **y) {
+  lamp_device dev = t->config.device;
+  if ((*x)->device == dev && (*y)->device == dev) return LAMP_OK;
+  if ((*x)->device != LAMP_HOST || (*y)->device != LAMP_HOST || !lamp_tensor_is_contiguous(*x) ||
+      !lamp_tensor_is_contiguous(*y))
+    return lamp_error(LAMP_ERR_INVALID_ARG, "Trainer: a batch must be contiguous tensors on the host or on %s",
+                      lamp_device_name(dev));
+  lamp_status st = lamp_tensor_ensure(&t->x_dev, (*x)->dtype, dev, (*x)->ndim, (*x)->shape, LAMP_MEM_DATA);
+  if (st == LAMP_OK) st = lamp_tensor_ensure(&t->y_dev, (*y)->dtype, dev, (*y)->ndim, (*y)->shape, LAMP_MEM_DATA);
+  if (st == LAMP_OK)
+    st = lamp_upload_async(dev, lamp_tensor_data(t->x_dev), lamp_tensor_data(*x), lamp_tensor_nbytes(*x));
+  if (st == LAMP_OK)
+    st = lamp_upload_async(dev, lamp_tensor_data(t->y_dev), lamp_tensor_data(*y), lamp_tensor_nbytes(*y));
+  if (st == LAMP_OK) st = lamp_event_record(t->uploaded);
+  if (st != LAMP_OK) return st;
+  t->upload_pending = 1;
+  *x = t->x_dev;
+  *y = t->y_dev;
+  return LAMP_OK;
+}
+
+/* The host's batch buffers are free again once the device has read them. */
+static lamp_status wait_for_upload(lamp_trainer *t) {
+  if (!t->upload_pending) return LAMP_OK;
+  t->upload_pending = 0;
+  return lamp_event_wait(t->uploaded);
+}
+
+/* Where micro-step k's loss is written: the device copy of the report. */
+static double *loss_slot(const lamp_trainer *t, int k) {
+  return (double *)((char *)t->report + offsetof(lamp_step_report, loss)) + k;
+}
+
+static lamp_status forward_backward(lamp_trainer *t, const lamp_tensor *x, const lamp_tensor *y, double scale) {
   const lamp_tensor *logits;
   lamp_exec exec = exec_of(t, 1);
-  lamp_status st = lamp_model_forward(t->model, x, 1, &logits);
+  lamp_status st = on_device(t, &x, &y);
+  if (st == LAMP_OK) st = lamp_model_forward(t->model, x, 1, &logits);
   if (st != LAMP_OK) return st;
   st = lamp_tensor_ensure(&t->dlogits, logits->dtype, logits->device, logits->ndim, logits->shape,
                           LAMP_MEM_ACTIVATIONS);
   if (st != LAMP_OK) return st;
-  /* The accumulation divisor rides on the loss gradient, so gradients sum to the mean. */
+  /* The accumulation divisor rides on the loss gradient, so gradients sum to the mean. The loss
+     stays on the device until the group's report comes back. */
   st = t->config.loss->ops->forward_backward(t->config.loss, &exec, logits, y, (float)(scale / t->config.accum),
-                                             loss, t->dlogits, NULL);
+                                             loss_slot(t, t->micro), t->dlogits, NULL);
   if (st != LAMP_OK) return st;
-  if (!isfinite(*loss) && !(t->policy.flags & LAMP_POLICY_LOSS_SCALING))
-    return lamp_error(LAMP_ERR_NUMERIC, "Trainer: loss is %s at step %llu; training cannot continue (lower the learning rate or enable clipping)",
-                      isnan(*loss) ? "NaN" : (*loss > 0 ? "+inf" : "-inf"), (unsigned long long)t->stats.steps + 1);
   /* The first micro-step writes the gradients afresh: no zeroing pass over the slab. On the
      last one, with several ranks, each bucket's all-reduce starts as backward completes it. */
   if (t->micro + 1 < t->config.accum || t->stats.world == 1)
@@ -234,43 +284,57 @@ static lamp_status forward_backward(lamp_trainer *t, const lamp_tensor *x, const
 }
 
 /*
-** Checks the gradients, already summed over ranks by the buckets, for inf/NaN in one read-only
-** pass of the host kernel. The division by S*N is not a pass of its own: it is folded into the
-** optimizer's fused step as grad_scale, the way PyTorch's fused optimizers take the scaler's
-** inverse scale.
+** The group's report: the inf/NaN check over the gradients (already summed over ranks by the
+** buckets, so every rank sees the same answer) under a loss scaler, their squared norm when
+** clipping, and the losses, brought to the host in one copy: the step's one synchronisation.
+** Without a scaler the check is skipped: a NaN still surfaces, through the loss check of the
+** next step, and at the same step on every rank (the all-reduce gave them all the same
+** gradients, hence the same parameters and the same NaN loss). The division by S*N is not a pass
+** of its own: it is folded into the optimizer's fused step as grad_scale.
 */
-static lamp_status check_gradients(lamp_trainer *t, int *found_inf) {
+static lamp_status read_report(lamp_trainer *t) {
+  lamp_device dev = t->config.device;
   float *grads = lamp_tensor_data(lamp_model_grads(t->model));
   size_t n = lamp_model_numel(t->model);
-  *found_inf = 0;
-  /* No scaler to inform: skip the pass. A NaN still surfaces, through the loss check of the
-     next step, and at the same step on every rank: the all-reduce gave them all the same
-     gradients, hence the same parameters and the same NaN loss. */
-  if (!(t->policy.flags & LAMP_POLICY_LOSS_SCALING)) return LAMP_OK;
-  return lamp_unscale_and_check(t->config.device, grads, n, 1.0f, found_inf);
+  char *report = t->report;
+  lamp_status st = lamp_zero(dev, report + offsetof(lamp_step_report, found_inf), sizeof(int32_t));
+  if (st == LAMP_OK && (t->policy.flags & LAMP_POLICY_LOSS_SCALING))
+    st = lamp_unscale_and_check(dev, grads, n, 1.0f, (int *)(void *)(report + offsetof(lamp_step_report, found_inf)));
+  if (st == LAMP_OK && t->config.clip != 0.0) /* the norm costs a pass; only clipping needs it */
+    st = lamp_sum_squares(dev, grads, n, (double *)(void *)(report + offsetof(lamp_step_report, sumsq)));
+  if (st == LAMP_OK) st = lamp_copy(LAMP_HOST, t->report_host, dev, t->report, t->report_bytes);
+  if (st == LAMP_OK) t->stats.last_loss = t->report_host->loss[t->config.accum - 1];
+  return st;
+}
+
+/* Without a loss scaler a non-finite loss cannot be skipped: training stops, naming the step. */
+static lamp_status check_losses(const lamp_trainer *t) {
+  if (t->policy.flags & LAMP_POLICY_LOSS_SCALING) return LAMP_OK;
+  for (int k = 0; k < t->config.accum; k++) {
+    double loss = t->report_host->loss[k];
+    if (!isfinite(loss))
+      return lamp_error(LAMP_ERR_NUMERIC, "Trainer: loss is %s at step %llu; training cannot continue (lower the learning rate or enable clipping)",
+                        isnan(loss) ? "NaN" : (loss > 0 ? "+inf" : "-inf"), (unsigned long long)t->stats.steps + 1);
+  }
+  return LAMP_OK;
 }
 
 /* unscale = 1/(S*N) turns the slab's summed, scaled gradients into the averaged true ones. */
-static lamp_status clip_coefficient(lamp_trainer *t, double unscale, double *coef) {
+static void clip_coefficient(lamp_trainer *t, double unscale, double *coef) {
   *coef = 1.0;
-  if (t->config.clip == 0.0) return LAMP_OK; /* the norm costs a pass; only clipping needs it */
-  double sumsq;
-  lamp_status st = lamp_sum_squares(t->config.device, lamp_tensor_data(lamp_model_grads(t->model)),
-                                    lamp_model_numel(t->model), &sumsq);
-  if (st != LAMP_OK) return st;
-  t->stats.grad_norm = sqrt(sumsq) * unscale;
+  if (t->config.clip == 0.0) return;
+  t->stats.grad_norm = sqrt(t->report_host->sumsq) * unscale;
   /* PyTorch's clip_grad_norm_: scale by max_norm / (norm + 1e-6) only when that is < 1. */
   double c = t->config.clip / (t->stats.grad_norm + 1e-6);
   if (c < 1.0) *coef = c;
-  return LAMP_OK;
 }
 
 static lamp_status optimizer_step(lamp_trainer *t, double scale) {
   /* In double, as PyTorch computes 1/S: fp32 division can be inexact for large S. */
   double unscale = 1.0 / (scale * (double)t->stats.world);
   double coef;
-  lamp_status st = clip_coefficient(t, unscale, &coef);
-  if (st != LAMP_OK) return st;
+  clip_coefficient(t, unscale, &coef);
+  lamp_status st;
   double lr = lamp_schedule_lr(&t->config.schedule, t->base_lr, t->stats.steps);
   if ((st = lamp_model_begin_update(t->model)) != LAMP_OK) return st;
   lamp_optim_step step = {
@@ -293,10 +357,10 @@ static lamp_status optimizer_step(lamp_trainer *t, double scale) {
 }
 
 static lamp_status finish_accumulation_group(lamp_trainer *t, double scale) {
-  int found_inf;
-  lamp_status st = check_gradients(t, &found_inf);
+  lamp_status st = read_report(t);
+  if (st == LAMP_OK) st = check_losses(t);
   if (st != LAMP_OK) return st;
-  int skip = 0;
+  int found_inf = t->report_host->found_inf != 0, skip = 0;
   st = lamp_precision_update(t->config.precision, found_inf, &skip);
   if (st != LAMP_OK) return lamp_error_context(st, "Trainer: step %llu", (unsigned long long)t->stats.steps + 1);
   if (found_inf && !skip)
@@ -316,18 +380,16 @@ static lamp_status finish_accumulation_group(lamp_trainer *t, double scale) {
   return LAMP_OK;
 }
 
-lamp_status lamp_trainer_step(lamp_trainer *t, const lamp_tensor *x, const lamp_tensor *y) {
-  lamp_status st;
+/* One micro-batch, leaving the host's copy of it in use until wait_for_upload. */
+static lamp_status step(lamp_trainer *t, const lamp_tensor *x, const lamp_tensor *y) {
   double scale = lamp_precision_loss_scale(t->config.precision);
-  double loss;
-  st = forward_backward(t, x, y, scale, &loss);
+  lamp_status st = forward_backward(t, x, y, scale);
   if (st != LAMP_OK) return st;
   size_t batch = x->ndim > 0 ? (size_t)x->shape[0] : 1;
   if (t->stats.micro_steps == 0)
     lamp_log(LAMP_LOG_INFO, "trainer", "B_eff = %zu (batch %zu x %d rank%s x accum %d), lr %g at the first step",
              batch * (size_t)t->stats.world * (size_t)t->config.accum, batch, t->stats.world,
              t->stats.world == 1 ? "" : "s", t->config.accum, lamp_schedule_lr(&t->config.schedule, t->base_lr, 0));
-  t->stats.last_loss = loss;
   t->stats.micro_steps++;
   t->stats.samples += batch;
   t->stats.batch = batch;
@@ -335,6 +397,11 @@ lamp_status lamp_trainer_step(lamp_trainer *t, const lamp_tensor *x, const lamp_
   if (++t->micro < t->config.accum) return LAMP_OK; /* no communication before the last micro-step */
   t->micro = 0;
   return finish_accumulation_group(t, scale);
+}
+
+lamp_status lamp_trainer_step(lamp_trainer *t, const lamp_tensor *x, const lamp_tensor *y) {
+  lamp_status st = step(t, x, y), waited = wait_for_upload(t); /* the caller may reuse x and y now */
+  return st != LAMP_OK ? st : waited;
 }
 
 /* ---- epochs and evaluation ---------------------------------------------------------------- */
@@ -369,6 +436,25 @@ static lamp_status position_loader(lamp_trainer *t, lamp_loader *loader) {
   return lamp_loader_seek(loader, t->epochs_done, (size_t)t->epoch_batches);
 }
 
+/*
+** The epoch's loss sums: a micro-step's loss reaches the host with its group's report, so the
+** sums take whole groups as they complete (`upto` = accum), and at the end of an epoch the losses
+** of a group still open (copied back for the purpose).
+*/
+static lamp_status count_losses(lamp_trainer *t, int upto, double *sum, uint64_t *batches) {
+  int from = t->losses_counted;
+  if (upto <= from) return LAMP_OK;
+  if (upto < t->config.accum) {
+    lamp_status st = lamp_copy(LAMP_HOST, &t->report_host->loss[from], t->config.device, loss_slot(t, from),
+                               (size_t)(upto - from) * sizeof(double));
+    if (st != LAMP_OK) return st;
+  }
+  for (int k = from; k < upto; k++) *sum += t->report_host->loss[k];
+  *batches += (uint64_t)(upto - from);
+  t->losses_counted = upto < t->config.accum ? upto : 0;
+  return LAMP_OK;
+}
+
 lamp_status lamp_trainer_train(lamp_trainer *t, lamp_loader *loader, uint64_t max_steps, lamp_epoch_result *result) {
   memset(result, 0, sizeof *result);
   lamp_status st = position_loader(t, loader);
@@ -386,22 +472,25 @@ lamp_status lamp_trainer_train(lamp_trainer *t, lamp_loader *loader, uint64_t ma
        that a checkpoint taken now is complete. */
     if (t->epoch_batches < per_epoch) {
       if (max_steps > 0 && t->micro == 0 && t->stats.steps + t->stats.skipped_steps - first_step >= max_steps) break;
-      if ((st = lamp_loader_next(loader, &x, &y, &has_batch)) != LAMP_OK) return st;
+      /* the loader refills the buffers the last batch was uploaded from */
+      if ((st = wait_for_upload(t)) != LAMP_OK || (st = lamp_loader_next(loader, &x, &y, &has_batch)) != LAMP_OK)
+        return st;
     }
     if (!has_batch) {
+      if ((st = count_losses(t, t->micro, &loss_sum, &batches)) != LAMP_OK) return st;
       t->epoch_open = 0;
       t->epochs_done++;
       result->epoch_done = 1;
       break;
     }
-    if ((st = lamp_trainer_step(t, x, y)) != LAMP_OK) return st;
+    if ((st = step(t, x, y)) != LAMP_OK) return st;
     t->epoch_batches++;
-    loss_sum += t->stats.last_loss;
-    batches++;
+    if (t->micro == 0 && (st = count_losses(t, t->config.accum, &loss_sum, &batches)) != LAMP_OK) return st;
     result->samples += (uint64_t)x->shape[0];
-    lamp_progress_update(&progress, (size_t)t->epoch_batches, result->samples, loss_sum / (double)batches, t->stats.lr,
+    lamp_progress_update(&progress, (size_t)t->epoch_batches, result->samples, batches ? loss_sum / (double)batches : 0.0, t->stats.lr,
                          t->stats.loss_scale, t->stats.skipped_steps);
   }
+  if ((st = wait_for_upload(t)) != LAMP_OK) return st;
   result->mean_loss = batches ? loss_sum / (double)batches : 0.0;
   result->seconds = lamp_progress_finish(&progress, (size_t)t->epoch_batches, result->samples, result->mean_loss,
                                          t->stats.lr, t->stats.loss_scale, t->stats.skipped_steps);
@@ -419,25 +508,29 @@ lamp_status lamp_trainer_evaluate(lamp_trainer *t, lamp_loader *loader, lamp_eva
   if (st == LAMP_OK) st = lamp_loader_start_epoch(loader, 0);
   if (st != LAMP_OK) return st;
   lamp_exec exec = exec_of(t, 0);
+  char *report = t->report;
+  double *loss = (double *)(void *)(report + offsetof(lamp_step_report, eval_loss));
+  size_t *correct = (size_t *)(void *)(report + offsetof(lamp_step_report, correct));
   double sums[3] = {0.0, 0.0, 0.0}; /* loss * rows, correct, rows */
   for (;;) {
     lamp_tensor *x, *y;
     int has_batch;
-    if ((st = lamp_loader_next(loader, &x, &y, &has_batch)) != LAMP_OK) return st;
+    if ((st = wait_for_upload(t)) != LAMP_OK || (st = lamp_loader_next(loader, &x, &y, &has_batch)) != LAMP_OK)
+      return st;
     if (!has_batch) break;
-    const lamp_tensor *logits;
-    if ((st = lamp_model_forward(t->model, x, 0, &logits)) != LAMP_OK) return st;
-    double loss;
-    size_t correct;
-    st = t->config.loss->ops->forward_backward(t->config.loss, &exec, logits, y, 1.0f, &loss, NULL, &correct);
+    const lamp_tensor *logits, *xd = x, *yd = y;
+    if ((st = on_device(t, &xd, &yd)) != LAMP_OK || (st = lamp_model_forward(t->model, xd, 0, &logits)) != LAMP_OK)
+      return st;
+    st = t->config.loss->ops->forward_backward(t->config.loss, &exec, logits, yd, 1.0f, loss, NULL, correct);
+    if (st == LAMP_OK) st = lamp_copy(LAMP_HOST, t->report_host, t->config.device, t->report, sizeof(lamp_step_report));
     if (st != LAMP_OK) return st;
-    sums[0] += loss * (double)x->shape[0];
-    sums[1] += (double)correct;
+    sums[0] += t->report_host->eval_loss * (double)x->shape[0];
+    sums[1] += (double)t->report_host->correct;
     sums[2] += (double)x->shape[0];
   }
   if (t->stats.world > 1) {
     float packed[3] = {(float)sums[0], (float)sums[1], (float)sums[2]};
-    st = lamp_comm_all_reduce(t->config.comm, packed, 3, LAMP_F32, LAMP_REDUCE_SUM, LAMP_CPU);
+    st = lamp_comm_all_reduce(t->config.comm, packed, 3, LAMP_F32, LAMP_REDUCE_SUM, LAMP_HOST);
     if (st != LAMP_OK) return st;
     for (int i = 0; i < 3; i++) sums[i] = packed[i];
   }

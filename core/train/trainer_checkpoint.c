@@ -136,9 +136,67 @@ static lamp_status for_each_tensor(lamp_trainer *t, tensor_fn fn, void *ctx) {
   return st;
 }
 
-static lamp_status add_tensor(void *w, const char *name, lamp_ckpt_dtype dtype, int ndim, const int64_t *shape,
+/* ---- the host's view of the tensors ----------------------------------------------------- */
+
+/*
+** The tensors live on the run device; the checkpoint code reads and writes host memory. On the
+** host they are used where they are; from another device they pass through one staging buffer
+** (a copy each way), laid out in the walk's order.
+*/
+typedef struct staging {
+  lamp_device device;
+  char *buf; /* NULL when the device is the host */
+  size_t size, used;
+} staging;
+
+static size_t tensor_bytes(lamp_ckpt_dtype dtype, int ndim, const int64_t *shape) {
+  size_t n = 1;
+  for (int i = 0; i < ndim; i++) n *= (size_t)shape[i];
+  return n * lamp_dtype_size((lamp_dtype)dtype);
+}
+
+static lamp_status add_size(void *ctx, const char *name, lamp_ckpt_dtype dtype, int ndim, const int64_t *shape,
+                            void *data) {
+  (void)name, (void)data;
+  ((staging *)ctx)->size += tensor_bytes(dtype, ndim, shape);
+  return LAMP_OK;
+}
+
+static lamp_status staging_open(lamp_trainer *t, staging *s) {
+  *s = (staging){.device = t->config.device};
+  if (s->device == LAMP_HOST) return LAMP_OK;
+  lamp_status st = for_each_tensor(t, add_size, s);
+  if (st == LAMP_OK && (s->buf = lamp_mem_alloc(LAMP_HOST, LAMP_MEM_WORKSPACE, s->size ? s->size : 1)) == NULL)
+    st = lamp_error_context(LAMP_ERR_SYSTEM, "Trainer: staging a checkpoint");
+  return st;
+}
+
+/* The next tensor's place in the staging buffer (its own memory on the host). */
+static void *staged(staging *s, void *data, size_t bytes) {
+  if (s->buf == NULL) return data;
+  void *at = s->buf + s->used;
+  s->used += bytes;
+  return at;
+}
+
+static void staging_close(staging *s) {
+  lamp_mem_free(s->buf);
+  s->buf = NULL;
+}
+
+/* Saving: each tensor copied to the host as the writer is given it. */
+typedef struct saving {
+  lamp_ckpt_writer *w;
+  staging s;
+} saving;
+
+static lamp_status add_tensor(void *ctx, const char *name, lamp_ckpt_dtype dtype, int ndim, const int64_t *shape,
                               void *data) {
-  return lamp_ckpt_add_tensor(w, name, dtype, ndim, shape, data);
+  saving *v = ctx;
+  size_t bytes = tensor_bytes(dtype, ndim, shape);
+  void *host = staged(&v->s, data, bytes);
+  lamp_status st = host == data ? LAMP_OK : lamp_copy(LAMP_HOST, host, v->s.device, data, bytes);
+  return st == LAMP_OK ? lamp_ckpt_add_tensor(v->w, name, dtype, ndim, shape, host) : st;
 }
 
 static lamp_status add_precision_state(lamp_trainer *t, lamp_ckpt_writer *w) {
@@ -156,10 +214,13 @@ static lamp_status add_precision_state(lamp_trainer *t, lamp_ckpt_writer *w) {
 static lamp_status write_rank0(lamp_trainer *t, const char *path, const char *dir, int keep, char *written,
                                size_t written_size) {
   lamp_ckpt_writer *w;
+  saving v = {0};
   lamp_status st = lamp_ckpt_writer_new(&w);
   if (st != LAMP_OK) return st;
-  if ((st = add_run_metas(t, w)) == LAMP_OK && (st = add_state_metas(t, w)) == LAMP_OK &&
-      (st = for_each_tensor(t, add_tensor, w)) == LAMP_OK && (st = add_precision_state(t, w)) == LAMP_OK) {
+  v.w = w;
+  if ((st = staging_open(t, &v.s)) == LAMP_OK && (st = add_run_metas(t, w)) == LAMP_OK &&
+      (st = add_state_metas(t, w)) == LAMP_OK && (st = for_each_tensor(t, add_tensor, &v)) == LAMP_OK &&
+      (st = add_precision_state(t, w)) == LAMP_OK) {
     if (dir != NULL) {
       st = lamp_ckpt_save_dir(w, dir, t->stats.steps + t->stats.skipped_steps, keep, written, written_size);
     } else {
@@ -168,6 +229,7 @@ static lamp_status write_rank0(lamp_trainer *t, const char *path, const char *di
     }
   }
   lamp_ckpt_writer_free(w);
+  staging_close(&v.s);
   return st;
 }
 
@@ -182,7 +244,7 @@ typedef struct verdict {
 
 static lamp_status share_verdict(lamp_trainer *t, verdict *v, lamp_status mine, const char *what) {
   if (t->stats.world > 1) {
-    lamp_status st = lamp_comm_broadcast(t->config.comm, v, sizeof *v, LAMP_U8, 0, LAMP_CPU);
+    lamp_status st = lamp_comm_broadcast(t->config.comm, v, sizeof *v, LAMP_U8, 0, LAMP_HOST);
     if (st != LAMP_OK) return lamp_error_context(st, "Trainer: waiting for rank 0 %s", what);
   }
   if (rank_of(t) == 0) return mine;
@@ -292,9 +354,36 @@ static lamp_status check_tensor(void *c, const char *name, lamp_ckpt_dtype dtype
   return lamp_ckpt_check_tensor(c, name, dtype, ndim, shape);
 }
 
-static lamp_status read_tensor(void *c, const char *name, lamp_ckpt_dtype dtype, int ndim, const int64_t *shape,
+/* Loading: every tensor read into the host's view first, then (from the staging buffer) copied
+   to the device, so a read that fails leaves the device's tensors as they were. */
+typedef struct loading {
+  const lamp_ckpt *c;
+  staging s;
+} loading;
+
+static lamp_status read_tensor(void *ctx, const char *name, lamp_ckpt_dtype dtype, int ndim, const int64_t *shape,
                                void *data) {
-  return lamp_ckpt_read_tensor(c, name, dtype, ndim, shape, data);
+  loading *l = ctx;
+  return lamp_ckpt_read_tensor(l->c, name, dtype, ndim, shape, staged(&l->s, data, tensor_bytes(dtype, ndim, shape)));
+}
+
+static lamp_status upload_tensor(void *ctx, const char *name, lamp_ckpt_dtype dtype, int ndim, const int64_t *shape,
+                                 void *data) {
+  (void)name;
+  staging *s = ctx;
+  size_t bytes = tensor_bytes(dtype, ndim, shape);
+  void *host = staged(s, data, bytes);
+  return host == data ? LAMP_OK : lamp_copy(s->device, data, LAMP_HOST, host, bytes);
+}
+
+static lamp_status read_tensors(lamp_trainer *t, const lamp_ckpt *c) {
+  loading l = {.c = c};
+  lamp_status st = staging_open(t, &l.s);
+  if (st == LAMP_OK) st = for_each_tensor(t, read_tensor, &l);
+  l.s.used = 0;
+  if (st == LAMP_OK) st = for_each_tensor(t, upload_tensor, &l.s);
+  staging_close(&l.s);
+  return st;
 }
 
 static int has_entry(const lamp_ckpt *c, const char *name) {
@@ -386,7 +475,7 @@ static lamp_status load_rank0(lamp_trainer *t, const char *path, counters *k, vo
       (st = expect_str(c, "run.optim", optim_name(t), "optimizer")) == LAMP_OK && (st = check_model(t, c)) == LAMP_OK &&
       (st = read_counters(c, k)) == LAMP_OK && (st = for_each_tensor(t, check_tensor, c)) == LAMP_OK &&
       (st = read_precision_blob(t, c, blob, &k->precision_bytes)) == LAMP_OK && (st = note_changes(t, c)) == LAMP_OK)
-    st = for_each_tensor(t, read_tensor, c);
+    st = read_tensors(t, c);
   lamp_ckpt_close(c);
   return st;
 }
@@ -395,25 +484,25 @@ static lamp_status load_rank0(lamp_trainer *t, const char *path, counters *k, vo
 
 static lamp_status broadcast_state(lamp_trainer *t, counters *k, void **blob) {
   lamp_comm *comm = t->config.comm;
-  lamp_status st = lamp_comm_broadcast(comm, k, sizeof *k, LAMP_U8, 0, LAMP_CPU);
+  lamp_status st = lamp_comm_broadcast(comm, k, sizeof *k, LAMP_U8, 0, LAMP_HOST);
   if (st != LAMP_OK) return st;
   lamp_model *m = t->model;
   size_t numel = lamp_model_numel(m);
   /* The fp32 slab, then (without masters) the 16-bit weights that are the truth there. */
-  if ((st = lamp_comm_broadcast(comm, lamp_model_trainable(m), numel, LAMP_F32, 0, LAMP_CPU)) != LAMP_OK) return st;
+  if ((st = lamp_comm_broadcast(comm, lamp_model_trainable(m), numel, LAMP_F32, 0, t->config.device)) != LAMP_OK) return st;
   lamp_tensor *w = lamp_model_weights(m);
   if (lamp_model_master(m) == NULL && w->dtype != LAMP_F32 &&
-      (st = lamp_comm_broadcast(comm, lamp_tensor_data(w), numel, w->dtype, 0, LAMP_CPU)) != LAMP_OK)
+      (st = lamp_comm_broadcast(comm, lamp_tensor_data(w), numel, w->dtype, 0, t->config.device)) != LAMP_OK)
     return st;
   lamp_tensor *b = lamp_model_buffers(m);
-  if (b != NULL && (st = lamp_comm_broadcast(comm, lamp_tensor_data(b), lamp_tensor_numel(b), LAMP_F32, 0, LAMP_CPU)) != LAMP_OK)
+  if (b != NULL && (st = lamp_comm_broadcast(comm, lamp_tensor_data(b), lamp_tensor_numel(b), LAMP_F32, 0, t->config.device)) != LAMP_OK)
     return st;
   for (uint32_t i = 0; i < t->n_slots; i++)
-    if ((st = lamp_comm_broadcast(comm, t->slots[i], numel, LAMP_F32, 0, LAMP_CPU)) != LAMP_OK) return st;
+    if ((st = lamp_comm_broadcast(comm, t->slots[i], numel, LAMP_F32, 0, t->config.device)) != LAMP_OK) return st;
   if (k->precision_bytes == 0) return LAMP_OK;
   if (*blob == NULL && (*blob = malloc(k->precision_bytes)) == NULL)
     return lamp_error(LAMP_ERR_SYSTEM, "Trainer: out of memory for the precision state");
-  return lamp_comm_broadcast(comm, *blob, k->precision_bytes, LAMP_U8, 0, LAMP_CPU);
+  return lamp_comm_broadcast(comm, *blob, k->precision_bytes, LAMP_U8, 0, LAMP_HOST);
 }
 
 /* Every rank: derived copies (16-bit weights from the masters) and the plugin's state. */

@@ -5,8 +5,20 @@
 #ifndef LAMP_TRAIN_TRAINER_INTERNAL_H
 #define LAMP_TRAIN_TRAINER_INTERNAL_H
 
+#include "backend/backend.h"
 #include "train/grad_buckets.h"
 #include "train/trainer.h"
+
+/* What a step tells the host: written on the device, read back in one copy (the step's one
+   synchronisation; evaluate reads its first part after every batch). */
+typedef struct lamp_step_report {
+  double sumsq;      /* squared norm of the summed gradients, when clipping */
+  double eval_loss;  /* evaluate: the batch's mean loss */
+  size_t correct;    /* evaluate: rows whose prediction is the label */
+  int32_t found_inf; /* a gradient is inf or NaN (checked under a loss scaler) */
+  int32_t unused;
+  double loss[];     /* the mean loss of each micro-step of the group, accum of them */
+} lamp_step_report;
 
 struct lamp_trainer {
   lamp_trainer_config config;
@@ -21,6 +33,13 @@ struct lamp_trainer {
   size_t n_segments;
 
   lamp_tensor *dlogits;       /* gradient of the loss w.r.t. the model output */
+  void *report;               /* lamp_step_report on the device, report_bytes */
+  lamp_step_report *report_host;
+  size_t report_bytes;
+  int losses_counted;         /* micro-steps of the open group whose loss an epoch has counted */
+  lamp_tensor *x_dev, *y_dev; /* the batch, copied to the run device when it is not there */
+  lamp_event *uploaded;       /* recorded after that copy: the host's buffers may be refilled */
+  int upload_pending;
   lamp_grad_buckets buckets;  /* the all-reduce of the gradient slab, cut to overlap backward */
   int micro;                  /* micro-steps done in the current accumulation group */
   uint64_t epochs_done;
