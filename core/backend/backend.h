@@ -2,8 +2,8 @@
 ** The device seam: everything the core asks of a device, as lamp_X(device, ...) entry points.
 ** Each looks up the device's backend table (backend_impl.h, registered in registry.c) and calls
 ** its operation; a device without a backend, or a backend without the operation, fails with one
-** message naming both ("gemm: device cuda is not available (no backend for it in this build)",
-** "batchnorm_forward: the sim backend has no batchnorm_forward operation").
+** message naming both ("gemm: device cuda is not supported by this build",
+** "batchnorm_forward: not implemented for device sim").
 **
 ** Conventions: matrices are row-major; `ld*` are row strides in elements; 16-bit inputs are
 ** widened exactly to fp32, arithmetic and accumulation are fp32, and results are rounded (nearest
@@ -73,7 +73,11 @@ lamp_status lamp_upload_async(lamp_device device, void *dst, const void *src, si
 /* ptr[0 .. bytes) = 0, queued. */
 lamp_status lamp_zero(lamp_device device, void *ptr, size_t bytes);
 
-/* Returns when all work queued on the device so far is done, with the first error of that work. */
+/*
+** Returns when all work queued on the device so far is done. Errors of queued work are reported,
+** as CUDA's are, by the next call that waits for the queue (this one, a blocking lamp_copy, an
+** event wait): the first failure not yet reported, which is then cleared.
+*/
 lamp_status lamp_synchronize(lamp_device device);
 
 /* A point in a device's queue: record it after some work, then wait for the work to be done. */
@@ -92,8 +96,8 @@ void *lamp_device_host_view(lamp_device device, const void *ptr);
 /* The device's queue handle for plugins (a cudaStream_t on CUDA); NULL where work is not queued. */
 void *lamp_device_stream(lamp_device device);
 
-/* Per-thread workspaces the backends keep between calls (widened 16-bit GEMM operands, staging)
-   are handed back now rather than at thread exit. */
+/* The workspaces the backends keep between calls for work this thread issued (widened 16-bit
+   GEMM operands, staging) are handed back now rather than at thread exit. */
 void lamp_backend_release_workspace(void);
 
 /* }====================================================== */

@@ -6,7 +6,8 @@
 **
 ** Adding a device: a folder core/backend/<name>/ defining its lamp_backend, and one line that
 ** registers it (lamp_backend_register). Optional slots may be NULL: the entry point then fails
-** with "<op>: the <name> backend has no <op> operation".
+** with "<op>: not implemented for device <name>". The ordering slots (synchronize, events,
+** upload_async) are NULL on a device whose work is done when the call returns (the CPU).
 */
 #ifndef LAMP_BACKEND_IMPL_H
 #define LAMP_BACKEND_IMPL_H
@@ -30,7 +31,7 @@ typedef struct lamp_backend {
   lamp_status (*event_wait)(void *event);
   void *(*host_view)(const void *ptr); /* with LAMP_CAP_HOST_VIEW */
   void *(*stream)(void);               /* optional */
-  void (*release_workspace)(void);     /* optional: the calling thread's */
+  void (*release_workspace)(void);     /* optional: what was kept for work the calling thread issued */
 
   /* {==== kernels ====} */
   lamp_status (*gemm)(int trans_a, int trans_b, size_t m, size_t n, size_t k, float alpha, const void *a,

@@ -2,6 +2,9 @@
 #ifndef LAMP_CLI_COMMANDS_H
 #define LAMP_CLI_COMMANDS_H
 
+/* The whole command line: `lamp ARGS...` (main.c). */
+int lamp_cli_main(int argc, char **argv);
+
 int lamp_cmd_run_script(const char *script, int argc, char **argv);
 int lamp_cmd_plugins(void);
 int lamp_cmd_plugin_info(const char *path);

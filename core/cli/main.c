@@ -1,5 +1,7 @@
 /*
-** lamp: runs a Lua training script, or inspects plugins.
+** lamp's command line: runs a Lua training script, or inspects plugins. main() itself is in
+** lamp.c, so that a program that registers another backend first (the simulated device's, for
+** the tests) can run the same command line.
 **
 **   lamp SCRIPT.lua [ARGS...]   run a script; ARGS arrive in the global `arg`
 **   lamp plugins                list every plugin found
@@ -21,7 +23,7 @@ static void usage(FILE *out) {
           "             LAMP_PLUGIN_DIR, LAMP_DATA_DIR, LAMP_LOG=error|warn|info|debug\n");
 }
 
-int main(int argc, char **argv) {
+int lamp_cli_main(int argc, char **argv) {
   lamp_cli_tune_blas(argv);
   if (argc < 2) {
     usage(stderr);

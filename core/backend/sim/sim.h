@@ -1,0 +1,31 @@
+/*
+** The simulated device (LAMP_SIM): a test-only backend that makes device bugs visible on a machine
+** without a GPU. It runs the CPU backend's operations, so its numbers are the CPU's bit for bit,
+** but it behaves like a GPU in the two ways that host code most often gets wrong:
+**
+**   - Its memory cannot be read by the host. The arena is one memfd mapped twice: the pointers
+**     handed out (the device view) are mapped PROT_NONE, so any host read or write through them
+**     is a SIGSEGV; only the device's own queued work touches the data, through a second,
+**     readable mapping of the same pages (the host view).
+**   - Its work runs later. Every operation is queued, as a closure holding a copy of its
+**     arguments, and run in order on one worker thread after a small pseudo-random delay
+**     (LAMP_SIM_SEED sets the generator's seed). Results reach the host only through a download,
+**     lamp_synchronize or an event; an operation's failure is reported, as CUDA's are, by the
+**     next call that waits for the queue.
+**
+** It is not part of the lamp executable: a test program registers it with
+**   lamp_backend_register(LAMP_SIM, &lamp_sim_backend);
+** A forked child must not use it: the worker thread is not copied into the child.
+*/
+#ifndef LAMP_BACKEND_SIM_H
+#define LAMP_BACKEND_SIM_H
+
+#include "backend/backend_impl.h"
+
+extern const lamp_backend lamp_sim_backend;
+
+/* For tests that need work provably still queued: while held, the worker starts no new operation
+   (the one running finishes). Release before anything waits for the queue, or it waits forever. */
+void lamp_sim_hold(int on);
+
+#endif
