@@ -19,7 +19,7 @@ local nn = lamp.nn
 local args = lamp.parse_args(arg, {
   data = "", epochs = 30, batch = 128, lr = "auto", momentum = 0.9, wd = 5e-4, seed = 0, precision = "fp32",
   comm = "auto", optim = "sgd", accum = 1, width = "16,32", augment = 1, limit = 0,
-  save = "", save_every = 0, keep = 3, resume = "",
+  save = "", save_every = 0, keep = 3, resume = "", device = "cpu",
 })
 if args.data == "" then error("--data=DIR is required: the folder holding CIFAR-10's binary files", 0) end
 
@@ -30,6 +30,7 @@ if #widths ~= 2 or not widths[1] or not widths[2] then
 end
 
 local MEAN, STD = { 0.4914, 0.4822, 0.4465 }, { 0.2470, 0.2435, 0.2616 }
+lamp.device(args.device) -- before the communicator: "auto" asks the plugins, which see the run device
 local comm = lamp.comm(args.comm)
 local train = lamp.data.cifar10(args.data, "train")
 local test = lamp.data.cifar10(args.data, "test")

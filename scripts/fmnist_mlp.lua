@@ -4,7 +4,7 @@
 --       [--precision=fp32|fp16|bf16] [--comm=auto] [--optim=sgd|adam|adamw] [--lr=] [--momentum=0.9]
 --       [--wd=] [--accum=1] [--clip=0] [--schedule=cosine|warmup_cosine|step|constant] [--warmup=0]
 --       [--data=fashion-mnist] [--limit=N] [--bucket_mb=25] [--compress=none|bf16|fp16]
---       [--save=DIR] [--save_every=STEPS] [--keep=3] [--resume=DIR]
+--       [--save=DIR] [--save_every=STEPS] [--keep=3] [--resume=DIR] [--device=cpu]
 --
 -- --save=DIR writes a checkpoint into DIR at the end of every epoch (and every --save_every
 -- optimizer steps), keeping the --keep newest. --resume=DIR continues from DIR's newest complete
@@ -25,7 +25,7 @@ local args = lamp.parse_args(arg, {
   epochs = 1, batch = 128, lr = "auto", momentum = 0.9, wd = "auto", hidden = "1024,1024", seed = 0,
   precision = "fp32", comm = "auto", optim = "sgd", schedule = "cosine", warmup = 0, accum = 1, clip = 0,
   data = "fashion-mnist", limit = 0, bucket_mb = 25, compress = "none",
-  save = "", save_every = 0, keep = 3, resume = "",
+  save = "", save_every = 0, keep = 3, resume = "", device = "cpu",
 })
 
 local function hidden_sizes(spec)
@@ -38,6 +38,7 @@ local function hidden_sizes(spec)
   return sizes
 end
 
+lamp.device(args.device) -- before the communicator: "auto" asks the plugins, which see the run device
 local comm = lamp.comm(args.comm)
 local precision = lamp.precision(args.precision)
 local optim = training.optimizer(lamp, args)

@@ -20,9 +20,10 @@ local nn = lamp.nn
 local args = lamp.parse_args(arg, {
   epochs = 3, batch = 128, lr = "auto", momentum = 0.9, wd = "auto", seed = 0, precision = "fp32",
   comm = "auto", optim = "sgd", schedule = "cosine", accum = 1, clip = 0, limit = 0, data = "fashion-mnist",
-  save = "", save_every = 0, keep = 3, resume = "", bucket_mb = 25,
+  save = "", save_every = 0, keep = 3, resume = "", bucket_mb = 25, device = "cpu",
 })
 
+lamp.device(args.device) -- before the communicator: "auto" asks the plugins, which see the run device
 local comm = lamp.comm(args.comm)
 local precision = lamp.precision(args.precision)
 local optim = training.optimizer(lamp, args)

@@ -335,12 +335,12 @@ lamp_status ckpt_parse_header(lamp_ckpt *c) {
   lamp_status st = count_records(c, text, len, &n_metas, &n_entries);
   if (st != LAMP_OK) return st;
   /* Bounded by LAMP_CKPT_MAX_RECORDS and by the header's real length. */
-  if (n_metas && ((c->metas = lamp_mem_alloc(LAMP_CPU, LAMP_MEM_WORKSPACE, n_metas * sizeof *c->metas)) == NULL ||
-                  (c->meta_order = lamp_mem_alloc(LAMP_CPU, LAMP_MEM_WORKSPACE, n_metas * sizeof *c->meta_order)) == NULL))
+  if (n_metas && ((c->metas = lamp_mem_alloc(LAMP_HOST, LAMP_MEM_WORKSPACE, n_metas * sizeof *c->metas)) == NULL ||
+                  (c->meta_order = lamp_mem_alloc(LAMP_HOST, LAMP_MEM_WORKSPACE, n_metas * sizeof *c->meta_order)) == NULL))
     return LAMP_ERR_SYSTEM;
   if (n_entries &&
-      ((c->entries = lamp_mem_alloc(LAMP_CPU, LAMP_MEM_WORKSPACE, n_entries * sizeof *c->entries)) == NULL ||
-       (c->entry_order = lamp_mem_alloc(LAMP_CPU, LAMP_MEM_WORKSPACE, n_entries * sizeof *c->entry_order)) == NULL))
+      ((c->entries = lamp_mem_alloc(LAMP_HOST, LAMP_MEM_WORKSPACE, n_entries * sizeof *c->entries)) == NULL ||
+       (c->entry_order = lamp_mem_alloc(LAMP_HOST, LAMP_MEM_WORKSPACE, n_entries * sizeof *c->entry_order)) == NULL))
     return LAMP_ERR_SYSTEM;
   uint64_t data_len = c->len - c->data_start;
   cursor cur = {.c = c, .line = 1};

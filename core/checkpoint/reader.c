@@ -152,7 +152,7 @@ static lamp_status new_reader(lamp_ckpt **out, const char *name, size_t len) {
     return lamp_error(LAMP_ERR_SYSTEM, "%s: out of memory", name);
   }
   c->len = len;
-  if ((c->buf = lamp_mem_alloc(LAMP_CPU, LAMP_MEM_WORKSPACE, len)) == NULL) {
+  if ((c->buf = lamp_mem_alloc(LAMP_HOST, LAMP_MEM_WORKSPACE, len)) == NULL) {
     lamp_error_context(LAMP_ERR_SYSTEM, "%s", name);
     lamp_ckpt_close(c);
     return LAMP_ERR_SYSTEM;
@@ -276,7 +276,7 @@ lamp_status ckpt_quick_check(const char *path) {
   uint8_t *bytes = NULL;
   if ((st = read_preamble(path, fd, len, head, &pre)) == LAMP_OK) {
     size_t n = CKPT_PREAMBLE + (size_t)pre.header_len;
-    if ((bytes = lamp_mem_alloc(LAMP_CPU, LAMP_MEM_WORKSPACE, n)) == NULL) st = LAMP_ERR_SYSTEM;
+    if ((bytes = lamp_mem_alloc(LAMP_HOST, LAMP_MEM_WORKSPACE, n)) == NULL) st = LAMP_ERR_SYSTEM;
     else if ((st = read_fully(path, fd, bytes, n, &got)) == LAMP_OK && got < n)
       st = lamp_error(LAMP_ERR_INVALID_USAGE, "%s: truncated while reading", path);
     if (st == LAMP_OK) st = check_header_crc(path, bytes, &pre);

@@ -332,7 +332,7 @@ lamp_status lamp_ckpt_write_memory(lamp_ckpt_writer *w, void **bytes, size_t *le
   lamp_status st = plan(w, &lay);
   if (st == LAMP_OK && lay.file_len > SIZE_MAX) st = lamp_error(LAMP_ERR_INVALID_ARG, "checkpoint: too large for memory");
   uint8_t *mem = NULL;
-  if (st == LAMP_OK && (mem = lamp_mem_alloc(LAMP_CPU, LAMP_MEM_WORKSPACE, (size_t)lay.file_len)) == NULL)
+  if (st == LAMP_OK && (mem = lamp_mem_alloc(LAMP_HOST, LAMP_MEM_WORKSPACE, (size_t)lay.file_len)) == NULL)
     st = LAMP_ERR_SYSTEM;
   if (st == LAMP_OK) {
     sink s = {.mem = mem, .total = lay.file_len};

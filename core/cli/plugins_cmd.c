@@ -1,12 +1,34 @@
 /* `lamp plugins` and `lamp plugin-info`: what is installed, and what a plugin declares. */
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "base/error.h"
 #include "cli/commands.h"
 #include "plugin/loader.h"
 #include "tensor/dtype.h"
 #include "tensor/memory.h"
+
+/* "2 (launched under mpirun)": the probe's score and reason, as `auto` weighs them. */
+static void probe_text(const lamp_plugin_handle *h, char *out, size_t size) {
+  char reason[256];
+  int score = lamp_plugin_probe(h, reason, sizeof reason);
+  snprintf(out, size, "%d (%s)", score, reason);
+}
+
+typedef char probe_cell[320];
+
+/* The PROBE column of each item ("?" for one that failed), and the column's width. */
+static probe_cell *probe_column(const lamp_plugin_listing *items, size_t n, int *width) {
+  probe_cell *probes = calloc(n > 0 ? n : 1, sizeof *probes);
+  *width = (int)strlen("PROBE");
+  for (size_t i = 0; probes != NULL && i < n; i++) {
+    if (items[i].handle != NULL) probe_text(items[i].handle, probes[i], sizeof probes[i]);
+    else snprintf(probes[i], sizeof probes[i], "?");
+    if ((int)strlen(probes[i]) > *width) *width = (int)strlen(probes[i]);
+  }
+  return probes;
+}
 
 int lamp_cmd_plugins(void) {
   lamp_plugin_listing *items;
@@ -15,19 +37,30 @@ int lamp_cmd_plugins(void) {
     fprintf(stderr, "lamp plugins: %s\n", lamp_last_error());
     return 1;
   }
-  printf("%-10s %-10s %-8s %-5s %s\n", "KIND", "NAME", "VERSION", "ABI", "PATH");
+  int w;
+  probe_cell *probes = probe_column(items, n, &w);
+  if (probes == NULL) {
+    fprintf(stderr, "lamp plugins: out of memory\n");
+    free(items);
+    return 1;
+  }
+  printf("%-10s %-10s %-8s %-5s %-*s %s\n", "KIND", "NAME", "VERSION", "ABI", w, "PROBE",
+         "PATH");
   int failures = 0;
   for (size_t i = 0; i < n; i++) {
     const lamp_plugin_handle *h = items[i].handle;
     if (h == NULL) {
-      printf("%-10s %-10s %-8s %-5s %s\n           error: %s\n", "?", "?", "?", "?", items[i].path, items[i].error);
+      printf("%-10s %-10s %-8s %-5s %-*s %s\n           error: %s\n", "?", "?", "?", "?", w,
+             probes[i], items[i].path, items[i].error);
       failures++;
       continue;
     }
-    printf("%-10s %-10s %-8s %u.%-3u %s\n", lamp_kind_name(h->kind), h->desc->name, h->desc->version,
-           (unsigned)h->desc->abi_major, (unsigned)h->desc->abi_minor, h->path);
+    printf("%-10s %-10s %-8s %u.%-3u %-*s %s\n", lamp_kind_name(h->kind), h->desc->name,
+           h->desc->version, (unsigned)h->desc->abi_major, (unsigned)h->desc->abi_minor, w,
+           probes[i], h->path);
   }
   if (n == 0) printf("(no plugins found in %s or LAMP_PLUGIN_PATH)\n", lamp_plugin_dir());
+  free(probes);
   free(items);
   return failures ? 1 : 0;
 }

@@ -62,8 +62,8 @@ static void split_records(const uint8_t *bytes, size_t records, uint8_t *pixels,
 }
 
 static lamp_status alloc_blocks(size_t records, uint8_t **pixels, uint8_t **labels) {
-  *pixels = lamp_mem_alloc(LAMP_CPU, LAMP_MEM_DATA, records * IMAGE);
-  *labels = *pixels == NULL ? NULL : lamp_mem_alloc(LAMP_CPU, LAMP_MEM_DATA, records);
+  *pixels = lamp_mem_alloc(LAMP_HOST, LAMP_MEM_DATA, records * IMAGE);
+  *labels = *pixels == NULL ? NULL : lamp_mem_alloc(LAMP_HOST, LAMP_MEM_DATA, records);
   if (*labels != NULL) return LAMP_OK;
   lamp_mem_free(*pixels);
   *pixels = NULL;
@@ -184,7 +184,7 @@ static lamp_status read_exactly(const char *path, uint8_t *buf, size_t len) {
 /* File i's records into pixels/labels, through a scratch block the size of the file. */
 static lamp_status load_file(const split_files *f, size_t i, uint8_t *pixels, uint8_t *labels) {
   size_t len = f->records[i] * RECORD;
-  uint8_t *bytes = lamp_mem_alloc(LAMP_CPU, LAMP_MEM_DATA, len);
+  uint8_t *bytes = lamp_mem_alloc(LAMP_HOST, LAMP_MEM_DATA, len);
   if (bytes == NULL) return LAMP_ERR_SYSTEM;
   lamp_status st = read_exactly(f->paths[i], bytes, len);
   if (st == LAMP_OK) st = check_labels(f->paths[i], bytes, f->records[i]);

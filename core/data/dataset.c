@@ -383,7 +383,7 @@ void lamp_dataset_get_channel_normalization(const lamp_dataset *ds, float *mean,
 }
 
 static int tensor_fits(const lamp_tensor *t, lamp_dtype dtype, size_t n, size_t numel) {
-  return t->dtype == dtype && t->device == LAMP_CPU && lamp_tensor_is_contiguous(t) && t->ndim >= 1 &&
+  return t->dtype == dtype && t->device == LAMP_HOST && lamp_tensor_is_contiguous(t) && t->ndim >= 1 &&
          t->shape[0] == (int64_t)n && lamp_tensor_numel(t) == numel;
 }
 

@@ -49,7 +49,7 @@ typedef struct lamp_dataset_bytes {
 
 /*
 ** Makes a data set of the samples in src. pixels and labels must come from
-** lamp_mem_alloc(LAMP_CPU, LAMP_MEM_DATA, ...); the data set takes them over, and on failure
+** lamp_mem_alloc(LAMP_HOST, LAMP_MEM_DATA, ...); the data set takes them over, and on failure
 ** frees them, so the caller never frees them after this call. src->pixels and src->labels are
 ** set to NULL either way.
 */

@@ -131,7 +131,7 @@ static lamp_status read_header(const char *path, gzFile f, lamp_idx *out) {
 
 /* Replaces *buf (holding `used` bytes) with a zero-filled block of `cap` bytes. */
 static lamp_status grow(uint8_t **buf, size_t used, size_t cap) {
-  uint8_t *bigger = lamp_mem_alloc(LAMP_CPU, LAMP_MEM_DATA, cap);
+  uint8_t *bigger = lamp_mem_alloc(LAMP_HOST, LAMP_MEM_DATA, cap);
   if (bigger == NULL) return LAMP_ERR_SYSTEM;
   if (used) memcpy(bigger, *buf, used);
   lamp_mem_free(*buf);

@@ -41,14 +41,14 @@ static lamp_status check_config(const lamp_dataset *ds, const lamp_loader_config
 
 /* The index buffers, tracked as data memory. */
 static lamp_status alloc_buffers(lamp_loader *l) {
-  l->order = lamp_mem_alloc(LAMP_CPU, LAMP_MEM_DATA, l->per_rank * sizeof *l->order);
+  l->order = lamp_mem_alloc(LAMP_HOST, LAMP_MEM_DATA, l->per_rank * sizeof *l->order);
   if (l->order == NULL) return LAMP_ERR_SYSTEM;
   if (l->cfg.shuffle) {
-    l->perm = lamp_mem_alloc(LAMP_CPU, LAMP_MEM_DATA, l->n * sizeof *l->perm);
+    l->perm = lamp_mem_alloc(LAMP_HOST, LAMP_MEM_DATA, l->n * sizeof *l->perm);
     if (l->perm == NULL) return LAMP_ERR_SYSTEM;
   }
   if (lamp_augment_enabled(&l->cfg.augment)) {
-    l->tf = lamp_mem_alloc(LAMP_CPU, LAMP_MEM_DATA, l->cfg.batch * sizeof *l->tf);
+    l->tf = lamp_mem_alloc(LAMP_HOST, LAMP_MEM_DATA, l->cfg.batch * sizeof *l->tf);
     if (l->tf == NULL) return LAMP_ERR_SYSTEM;
   }
   return LAMP_OK;
@@ -140,8 +140,8 @@ lamp_status lamp_loader_next(lamp_loader *l, lamp_tensor **x, lamp_tensor **y, i
   int64_t shape[LAMP_MAX_DIMS];
   for (int i = 0; i < l->ndim; i++) shape[i] = l->shape[i];
   shape[0] = (int64_t)b;
-  lamp_status st = lamp_tensor_ensure(&l->x, LAMP_F32, LAMP_CPU, l->ndim, shape, LAMP_MEM_DATA);
-  if (st == LAMP_OK) st = lamp_tensor_ensure(&l->y, LAMP_I32, LAMP_CPU, 1, shape, LAMP_MEM_DATA);
+  lamp_status st = lamp_tensor_ensure(&l->x, LAMP_F32, LAMP_HOST, l->ndim, shape, LAMP_MEM_DATA);
+  if (st == LAMP_OK) st = lamp_tensor_ensure(&l->y, LAMP_I32, LAMP_HOST, 1, shape, LAMP_MEM_DATA);
   if (st == LAMP_OK && l->tf != NULL) draw_transforms(l, b);
   if (st == LAMP_OK) st = lamp_dataset_gather_transformed(l->ds, l->order + l->pos, b, l->tf, l->x, l->y);
   if (st != LAMP_OK) return st;

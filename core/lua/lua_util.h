@@ -78,10 +78,14 @@ void lampL_open_data(lua_State *L);
 void lampL_open_plugins(lua_State *L);
 void lampL_open_trainer(lua_State *L);
 void lampL_open_schedule(lua_State *L);
+void lampL_open_device(lua_State *L);
 
 /* A schedule from the Lua value at idx (a name or a lamp.lr table), validated; `what` names the
    caller in messages. The Trainer reads its `schedule` field with it. */
 lamp_schedule lampL_check_schedule(lua_State *L, int idx, const char *what);
+/* A device named at idx ("sim", "cuda:1") or described by a lamp.device() table; raises why it
+   cannot be used. An ordinal in it is selected. */
+lamp_device lampL_check_device(lua_State *L, int idx, const char *what);
 
 #define LAMP_LAYER_CLASS "lamp.Layer"
 #define LAMP_LOSS_CLASS "lamp.Loss"

@@ -168,5 +168,6 @@ int luaopen_lamp(lua_State *L) {
   lampL_open_trainer(L);
   lampL_open_schedule(L);
   lampL_open_checkpoint(L);
+  lampL_open_device(L);
   return 1;
 }

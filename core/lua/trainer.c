@@ -2,6 +2,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "backend/backend.h"
 #include "lua/lua_util.h"
 #include "train/trainer.h"
 
@@ -9,7 +10,7 @@
 enum { UV_PRECISION = 1, UV_COMM, UV_OPTIM, UV_COUNT = UV_OPTIM };
 
 static const char *const trainer_fields[] = {"model", "loss",     "precision", "comm",         "optim", "accum",
-                                             "clip",  "schedule", "seed",      "param_groups", "bucket_mb", "compress", NULL};
+                                             "clip",  "schedule", "seed",      "param_groups", "bucket_mb", "compress", "device", NULL};
 static const char *const group_fields[] = {"match", "lr_mult", "decay", NULL};
 
 static void *required_object(lua_State *L, const char *field, const char *tname, const char *hint) {
@@ -146,7 +147,9 @@ static int trainer_new(lua_State *L) {
   c.precision = required_object(L, "precision", LAMP_PRECISION_CLASS, "e.g. lamp.precision('fp32')");
   c.comm = required_object(L, "comm", LAMP_COMM_CLASS, "e.g. lamp.comm('single')");
   c.optim = required_object(L, "optim", LAMP_OPTIM_CLASS, "e.g. lamp.optim('sgd', {lr = 0.05})");
-  c.device = LAMP_CPU;
+  c.device = lamp_run_device();
+  if (lua_getfield(L, 1, "device") != LUA_TNIL) c.device = lampL_check_device(L, -1, "Trainer: 'device'");
+  lua_pop(L, 1);
   c.accum = (int)lampL_optfield_integer(L, 1, "Trainer", "accum", 1);
   c.clip = lampL_optfield_number(L, 1, "Trainer", "clip", 0.0);
   c.seed = (uint64_t)lampL_optfield_integer(L, 1, "Trainer", "seed", 0);

@@ -80,7 +80,7 @@ static void report_line(auto_state *s, const char *fmt, ...) {
   va_end(ap);
 }
 
-static int probe(const lamp_plugin_handle *h, char *reason, size_t size) {
+int lamp_plugin_probe(const lamp_plugin_handle *h, char *reason, size_t size) {
   reason[0] = '\0';
   lamp_host_load_message_clear();
   int score = h->desc->probe(lamp_host_get(), reason, size);
@@ -108,7 +108,7 @@ static void consider(const char *path, lamp_kind expected, void *ud) {
   }
   if (h->kind != s->kind || seen_before(s, h)) return;
   char reason[256];
-  int score = probe(h, reason, sizeof reason);
+  int score = lamp_plugin_probe(h, reason, sizeof reason);
   lamp_log(LAMP_LOG_INFO, s->who, "%s scored %d (%s)", h->desc->name, score, reason);
   report_line(s, "%s scored %d (%s): %s", h->desc->name, score, reason, h->path);
   if (score > s->best_score) {

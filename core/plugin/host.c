@@ -90,10 +90,48 @@ static void *host_alloc(lamp_device device, lamp_mem_tag tag, size_t bytes) {
 
 static void host_free(void *ptr) { lamp_mem_free(ptr); }
 
+/* The kernel writes its flag in the device's memory, the plugin passed a host int: check into a
+   device int, then copy it back, which waits for the check. */
+static lamp_status unscale_on_device(lamp_device device, float *grads, size_t n, float inv_scale,
+                                     int *found_inf) {
+  int *flag = lamp_mem_alloc(device, LAMP_MEM_WORKSPACE, sizeof *flag);
+  if (flag == NULL) return LAMP_ERR_SYSTEM;
+  int seen = 0;
+  lamp_status st = lamp_zero(device, flag, sizeof *flag);
+  if (st == LAMP_OK) st = lamp_unscale_and_check(device, grads, n, inv_scale, flag);
+  if (st == LAMP_OK) st = lamp_copy(LAMP_HOST, &seen, device, flag, sizeof seen);
+  lamp_mem_free(flag); /* a device's free defers until the work queued on the block is done */
+  if (st == LAMP_OK && seen != 0) *found_inf = 1;
+  return st;
+}
+
 static lamp_status host_unscale_and_check(lamp_device device, float *grads, size_t n,
                                           float inv_scale, int *found_inf) {
-  return lamp_unscale_and_check(device, grads, n, inv_scale, found_inf);
+  if (device == LAMP_HOST) return lamp_unscale_and_check(device, grads, n, inv_scale, found_inf);
+  return unscale_on_device(device, grads, n, inv_scale, found_inf);
 }
+
+static int host_device_count(lamp_device device) { return lamp_device_count(device); }
+
+static int host_device_ordinal(lamp_device device) { return lamp_device_ordinal(device); }
+
+/* Plugins know the ABI's devices only. A core device beyond them whose memory the host can
+   address (the simulated one) reaches plugins as the CPU: instance.c hands them its memory
+   through the host view. */
+static lamp_device host_run_device(void) {
+  lamp_device d = lamp_run_device();
+  if ((unsigned)d >= LAMP_DEVICE_COUNT && lamp_device_has(d, LAMP_CAP_HOST_VIEW)) return LAMP_CPU;
+  return d;
+}
+
+static void *host_stream(lamp_device device) { return lamp_device_stream(device); }
+
+static lamp_status host_copy(void *dst, lamp_device dst_device, const void *src,
+                             lamp_device src_device, size_t bytes) {
+  return lamp_copy(dst_device, dst, src_device, src, bytes);
+}
+
+static lamp_status host_synchronize(lamp_device device) { return lamp_synchronize(device); }
 
 static const lamp_host host = {
     .struct_size = sizeof(lamp_host),
@@ -106,6 +144,12 @@ static const lamp_host host = {
     .free = host_free,
     .unscale_and_check = host_unscale_and_check,
     .abort_flag = &abort_flag,
+    .device_count = host_device_count,
+    .device_ordinal = host_device_ordinal,
+    .run_device = host_run_device,
+    .stream = host_stream,
+    .copy = host_copy,
+    .synchronize = host_synchronize,
 };
 
 const lamp_host *lamp_host_get(void) { return &host; }

@@ -3,9 +3,12 @@
 ** its error messages and calls its create. Every wrapper clears that message before calling
 ** into the plugin and turns a failure into lamp_error("<plugin>: <message>").
 */
+#include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "backend/backend.h"
 #include "base/error.h"
 #include "plugin/instance.h"
 #include "tensor/dtype.h"
@@ -36,6 +39,8 @@ struct lamp_comm {
 struct lamp_optim {
   instance in;
   const lamp_optim_v1 *t;
+  lamp_optim_slot slots[LAMP_OPTIM_MAX_SLOTS]; /* as declared at open */
+  uint32_t n_slots;
 };
 
 /* A member the plugin provides: NULL when it is NULL or lies past the plugin's struct_size. */
@@ -133,6 +138,90 @@ static lamp_status wrapper_open(void **out, size_t size, lamp_kind kind, const c
   }
   *out = w;
   return LAMP_OK;
+}
+
+/* }====================================================== */
+
+/*
+** {======================================================
+** Devices: where a plugin runs, and the host view
+** =======================================================
+*/
+
+/* What the plugin declares. ABI 1.0 did not enforce the field and plugins built against it
+   may leave it 0; they ran on the CPU. */
+static uint32_t declared_devices(const lamp_plugin *d) {
+  if (d->devices == 0 && d->abi_minor == 0) return LAMP_BIT(LAMP_CPU);
+  return d->devices;
+}
+
+/* Only the ABI's devices can be declared: plugins never see the core's own. */
+static int declares(const lamp_plugin_handle *h, lamp_device device) {
+  return (unsigned)device < LAMP_DEVICE_COUNT &&
+         (declared_devices(h->desc) & LAMP_BIT(device)) != 0;
+}
+
+/* A device it does not declare, whose memory a plugin declaring the CPU can reach as host
+   memory. */
+static int through_host_view(const lamp_plugin_handle *h, lamp_device device) {
+  return device != LAMP_CPU && !declares(h, device) && declares(h, LAMP_CPU) &&
+         lamp_device_has(device, LAMP_CAP_HOST_VIEW);
+}
+
+int lamp_plugin_runs_on(const lamp_plugin_handle *h, lamp_device device) {
+  return h != NULL && (declares(h, device) || through_host_view(h, device));
+}
+
+/* "cpu, cuda", or "none". */
+static void device_list(uint32_t mask, char *out, size_t size) {
+  size_t used = 0;
+  out[0] = '\0';
+  for (int d = 0; d < LAMP_DEVICE_COUNT && used < size; d++)
+    if (mask & LAMP_BIT(d))
+      used += (size_t)snprintf(out + used, size - used, "%s%s", used ? ", " : "",
+                               lamp_device_name((lamp_device)d));
+  if (out[0] == '\0') snprintf(out, size, "none");
+}
+
+lamp_status lamp_plugin_check_device(const lamp_plugin_handle *h, lamp_device device) {
+  if (h == NULL) return lamp_error(LAMP_ERR_INVALID_ARG, "plugin device check: NULL plugin");
+  if (lamp_plugin_runs_on(h, device)) return LAMP_OK;
+  char list[64];
+  device_list(declared_devices(h->desc), list, sizeof list);
+  return lamp_error(LAMP_ERR_UNSUPPORTED, "%s: does not run on %s (its devices: %s)", h->desc->name,
+                    lamp_device_name(device), list);
+}
+
+/* How a wrapper hands one call's buffers to the plugin. */
+typedef struct placement {
+  lamp_device device; /* what the plugin is told */
+  lamp_device memory; /* where the buffers live */
+  int viewed;         /* the plugin gets their host view */
+} placement;
+
+/* Refuses a device the plugin cannot run on. Through the host view it first waits for the
+   device's queued work: the device does not order host accesses. */
+static lamp_status place(const instance *in, lamp_device device, placement *p) {
+  p->device = p->memory = device;
+  p->viewed = 0;
+  if (declares(in->handle, device)) return LAMP_OK;
+  if (!through_host_view(in->handle, device)) return lamp_plugin_check_device(in->handle, device);
+  lamp_status st = lamp_synchronize(device);
+  if (st != LAMP_OK) return st;
+  p->device = LAMP_CPU;
+  p->viewed = 1;
+  return LAMP_OK;
+}
+
+/* The address the plugin gets for ptr: ptr itself, or its host view. */
+static lamp_status place_buffer(const instance *in, const placement *p, const char *what,
+                                const void *ptr, void **out) {
+  *out = (void *)(uintptr_t)ptr;
+  if (!p->viewed || ptr == NULL) return LAMP_OK;
+  *out = lamp_device_host_view(p->memory, ptr);
+  if (*out != NULL) return LAMP_OK;
+  return lamp_error(LAMP_ERR_INVALID_ARG, "%s: %s (%p) is not memory of device %s", name_of(in),
+                    what, ptr, lamp_device_name(p->memory));
 }
 
 /* }====================================================== */
@@ -265,14 +354,22 @@ int lamp_comm_size(lamp_comm *c) { return c->t->size(c->in.state); }
 
 lamp_status lamp_comm_all_reduce(lamp_comm *c, void *buf, size_t count, lamp_dtype dtype,
                                  lamp_reduce_op op, lamp_device device) {
+  placement p;
+  lamp_status st = place(&c->in, device, &p);
+  if (st == LAMP_OK) st = place_buffer(&c->in, &p, "all_reduce buffer", buf, &buf);
+  if (st != LAMP_OK) return st;
   return PLUGIN_CALL(&c->in, "all_reduce",
-                     c->t->all_reduce(c->in.state, buf, count, dtype, op, device));
+                     c->t->all_reduce(c->in.state, buf, count, dtype, op, p.device));
 }
 
 lamp_status lamp_comm_broadcast(lamp_comm *c, void *buf, size_t count, lamp_dtype dtype, int root,
                                 lamp_device device) {
+  placement p;
+  lamp_status st = place(&c->in, device, &p);
+  if (st == LAMP_OK) st = place_buffer(&c->in, &p, "broadcast buffer", buf, &buf);
+  if (st != LAMP_OK) return st;
   return PLUGIN_CALL(&c->in, "broadcast",
-                     c->t->broadcast(c->in.state, buf, count, dtype, root, device));
+                     c->t->broadcast(c->in.state, buf, count, dtype, root, p.device));
 }
 
 lamp_status lamp_comm_barrier(lamp_comm *c) {
@@ -293,8 +390,12 @@ int lamp_comm_supports(const lamp_comm *c, const char *op) {
 lamp_status lamp_comm_all_reduce_start(lamp_comm *c, void *buf, size_t count, lamp_dtype dtype,
                                        lamp_reduce_op op, lamp_device device, lamp_request **req) {
   if (!lamp_comm_supports(c, "all_reduce_start")) return unsupported(&c->in, "all_reduce_start");
+  placement p;
+  lamp_status st = place(&c->in, device, &p);
+  if (st == LAMP_OK) st = place_buffer(&c->in, &p, "all_reduce_start buffer", buf, &buf);
+  if (st != LAMP_OK) return st;
   return PLUGIN_CALL(&c->in, "all_reduce_start",
-                     c->t->all_reduce_start(c->in.state, buf, count, dtype, op, device, req));
+                     c->t->all_reduce_start(c->in.state, buf, count, dtype, op, p.device, req));
 }
 
 lamp_status lamp_comm_wait(lamp_comm *c, lamp_request *req) {
@@ -305,15 +406,27 @@ lamp_status lamp_comm_wait(lamp_comm *c, lamp_request *req) {
 lamp_status lamp_comm_all_gather(lamp_comm *c, const void *sendbuf, void *recvbuf, size_t count,
                                  lamp_dtype dtype, lamp_device device) {
   if (!lamp_comm_supports(c, "all_gather")) return unsupported(&c->in, "all_gather");
+  placement p;
+  void *send = NULL, *recv = NULL;
+  lamp_status st = place(&c->in, device, &p);
+  if (st == LAMP_OK) st = place_buffer(&c->in, &p, "all_gather sendbuf", sendbuf, &send);
+  if (st == LAMP_OK) st = place_buffer(&c->in, &p, "all_gather recvbuf", recvbuf, &recv);
+  if (st != LAMP_OK) return st;
   return PLUGIN_CALL(&c->in, "all_gather",
-                     c->t->all_gather(c->in.state, sendbuf, recvbuf, count, dtype, device));
+                     c->t->all_gather(c->in.state, send, recv, count, dtype, p.device));
 }
 
 lamp_status lamp_comm_reduce_scatter(lamp_comm *c, const void *sendbuf, void *recvbuf, size_t count,
                                      lamp_dtype dtype, lamp_reduce_op op, lamp_device device) {
   if (!lamp_comm_supports(c, "reduce_scatter")) return unsupported(&c->in, "reduce_scatter");
+  placement p;
+  void *send = NULL, *recv = NULL;
+  lamp_status st = place(&c->in, device, &p);
+  if (st == LAMP_OK) st = place_buffer(&c->in, &p, "reduce_scatter sendbuf", sendbuf, &send);
+  if (st == LAMP_OK) st = place_buffer(&c->in, &p, "reduce_scatter recvbuf", recvbuf, &recv);
+  if (st != LAMP_OK) return st;
   return PLUGIN_CALL(&c->in, "reduce_scatter",
-                     c->t->reduce_scatter(c->in.state, sendbuf, recvbuf, count, dtype, op, device));
+                     c->t->reduce_scatter(c->in.state, send, recv, count, dtype, op, p.device));
 }
 
 /* }====================================================== */
@@ -324,9 +437,10 @@ lamp_status lamp_comm_reduce_scatter(lamp_comm *c, const void *sendbuf, void *re
 ** =======================================================
 */
 
-/* The slots the core can allocate: at most LAMP_OPTIM_MAX_SLOTS, every one f32. */
+/* The slots the core can allocate: at most LAMP_OPTIM_MAX_SLOTS, every one f32. Kept, for
+   handing them to the plugin through the host view. */
 static lamp_status check_slots(lamp_optim *o) {
-  lamp_optim_slot decls[LAMP_OPTIM_MAX_SLOTS];
+  lamp_optim_slot *decls = o->slots;
   uint32_t n = 0;
   lamp_status st = lamp_optim_slots(o, decls, LAMP_OPTIM_MAX_SLOTS, &n);
   if (st != LAMP_OK) return st;
@@ -340,6 +454,7 @@ static lamp_status check_slots(lamp_optim *o) {
                         "%s: state slot '%s' has dtype %s; this core allocates f32 slots only",
                         name_of(&o->in), decls[i].name,
                         lamp_dtype_name((lamp_dtype)decls[i].dtype));
+  o->n_slots = n;
   return LAMP_OK;
 }
 
@@ -414,16 +529,50 @@ static lamp_status check_segments(const lamp_optim *o, const lamp_optim_step *s)
   return LAMP_OK;
 }
 
+/* The step as the plugin sees it through the host view: a copy with its own slot array, so
+   the caller's step keeps its device pointers. */
+static lamp_status view_step(const lamp_optim *o, const placement *p, const lamp_optim_step *step,
+                             lamp_optim_step *out, float **slots) {
+  *out = *step;
+  out->device = p->device;
+  out->stream = NULL;
+  out->slots = step->slots != NULL ? slots : NULL;
+  void *v = NULL;
+  lamp_status st = place_buffer(&o->in, p, "step params", step->params, &v);
+  out->params = v;
+  if (st == LAMP_OK) st = place_buffer(&o->in, p, "step grads", step->grads, &v);
+  out->grads = v;
+  if (st == LAMP_OK && step->slots == NULL && o->n_slots > 0)
+    st = lamp_error(LAMP_ERR_INVALID_ARG, "%s: step without its %u state slots", name_of(&o->in),
+                    (unsigned)o->n_slots);
+  for (uint32_t i = 0; st == LAMP_OK && i < o->n_slots; i++) {
+    char what[96];
+    snprintf(what, sizeof what, "state slot '%s'", o->slots[i].name);
+    st = place_buffer(&o->in, p, what, step->slots[i], &v);
+    slots[i] = v;
+  }
+  return st;
+}
+
 lamp_status lamp_optim_apply(lamp_optim *o, lamp_optim_step *step) {
   if (step == NULL) return lamp_error(LAMP_ERR_INVALID_ARG, "%s: NULL step", name_of(&o->in));
   if (step->n > 0 && (step->params == NULL || step->grads == NULL))
     return lamp_error(LAMP_ERR_INVALID_ARG, "%s: step over %zu elements without params or grads",
                       name_of(&o->in), step->n);
   lamp_status st = check_segments(o, step);
+  placement p;
+  if (st == LAMP_OK) st = place(&o->in, (lamp_device)step->device, &p);
   if (st != LAMP_OK) return st;
   step->struct_size = sizeof *step;
   step->hparams = o->in.params;
-  return PLUGIN_CALL(&o->in, "step", o->t->step(o->in.state, step));
+  /* lamp_device_has(d, 0): d has a backend, so asking for its queue records no error. */
+  step->stream = lamp_device_has(p.memory, 0) ? lamp_device_stream(p.memory) : NULL;
+  if (!p.viewed) return PLUGIN_CALL(&o->in, "step", o->t->step(o->in.state, step));
+  lamp_optim_step viewed;
+  float *slots[LAMP_OPTIM_MAX_SLOTS];
+  st = view_step(o, &p, step, &viewed, slots);
+  if (st != LAMP_OK) return st;
+  return PLUGIN_CALL(&o->in, "step", o->t->step(o->in.state, &viewed));
 }
 
 /* }====================================================== */

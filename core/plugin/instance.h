@@ -22,6 +22,21 @@ typedef struct lamp_option {
 lamp_status lamp_params_resolve(const lamp_plugin *desc, const lamp_option *opts, size_t n_opts,
                                 double *values);
 
+/*
+** Devices. A plugin runs on the devices its hdr.devices declares (a plugin built against ABI 1.0
+** that declares none counts as declaring the CPU: 1.0 did not enforce the field). It also runs
+** on a device other than the CPU whose memory has a host view (LAMP_CAP_HOST_VIEW) when it
+** declares the CPU: the comm and optim wrappers below then synchronise the device, hand the
+** plugin the host addresses of its buffers and LAMP_CPU as the device, so it sees host memory.
+** A wrapper called on a device the plugin cannot run on refuses before calling it, with
+** lamp_plugin_check_device's message.
+*/
+int lamp_plugin_runs_on(const lamp_plugin_handle *h, lamp_device device);
+
+/* LAMP_OK, or LAMP_ERR_UNSUPPORTED: "sgd: does not run on cuda (its devices: cpu)" ("none" when
+   it declares none). */
+lamp_status lamp_plugin_check_device(const lamp_plugin_handle *h, lamp_device device);
+
 typedef struct lamp_precision lamp_precision;
 typedef struct lamp_comm lamp_comm;
 typedef struct lamp_optim lamp_optim;
@@ -72,8 +87,9 @@ lamp_status lamp_comm_reduce_scatter(lamp_comm *c, const void *sendbuf, void *re
    the plugin declares no such parameter. */
 int lamp_optim_hparam(const lamp_optim *o, const char *name, double *value);
 lamp_status lamp_optim_slots(lamp_optim *o, lamp_optim_slot *out, uint32_t max, uint32_t *n);
-/* Fills step->hparams and struct_size itself, and checks that the segments cover [0, n) in
-   order and that params and grads are given ("sgd: step segment 1 starts at 50, expected 40"). */
+/* Fills step->hparams, step->stream (the device's queue) and struct_size itself, and checks that
+   the segments cover [0, n) in order and that params and grads are given ("sgd: step segment 1
+   starts at 50, expected 40"). step->device says where every pointer lives (see Devices). */
 lamp_status lamp_optim_apply(lamp_optim *o, lamp_optim_step *step);
 
 #endif

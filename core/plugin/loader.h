@@ -33,7 +33,7 @@ const char *lamp_plugin_dir(void);
 
 /*
 ** Resolves, dlopens and validates. Logs one info line on first load:
-** "comm: single 1.0 (ABI 1.0) from /path/single.so". Errors carry the exact messages of the
+** "comm: single 1.0 (ABI 1.1) from /path/single.so". Errors carry the exact messages of the
 ** validation order, each naming the path.
 */
 lamp_status lamp_plugin_load(lamp_kind kind, const char *name_or_path, const lamp_plugin_handle **out);
@@ -44,6 +44,10 @@ lamp_status lamp_plugin_load(lamp_kind kind, const char *name_or_path, const lam
 ** reason at info level: "comm auto: mpi scored 0 (not launched under mpirun)".
 */
 lamp_status lamp_plugin_select_auto(lamp_kind kind, const lamp_plugin_handle **out);
+
+/* The plugin's probe: its score (negative counts as 0) and its reason in reason[size] (size > 0),
+   "no reason given" when it left none. */
+int lamp_plugin_probe(const lamp_plugin_handle *h, char *reason, size_t size);
 
 /* Validates a file and returns its descriptor without logging or calling anything but the
    entry function (for `lamp plugin-info`). */

@@ -13,7 +13,7 @@
 #include "lamp/host.h"
 
 /* Memory the host reads and writes directly (data sets, checkpoint buffers, staging): the CPU
-   device's. Named apart from LAMP_CPU, which says where work runs. */
+   device's. Named apart from the CPU device, which says where work runs. */
 #define LAMP_HOST LAMP_CPU
 
 /* Device slots the core can hold: the ABI's devices, then the core's own simulated device

@@ -48,6 +48,19 @@ static lamp_status check_policy(const lamp_trainer *t) {
   return LAMP_OK;
 }
 
+/*
+** The run device must have a backend, and every plugin must run on it: declare it, or declare the
+** CPU where the device's memory has a host view. The Trainer's device becomes the run device.
+*/
+static lamp_status check_device(const lamp_trainer_config *c) {
+  lamp_status st = lamp_device_check(c->device);
+  if (st == LAMP_OK) st = lamp_plugin_check_device(lamp_precision_handle(c->precision), c->device);
+  if (st == LAMP_OK) st = lamp_plugin_check_device(lamp_comm_handle(c->comm), c->device);
+  if (st == LAMP_OK) st = lamp_plugin_check_device(lamp_optim_handle(c->optim), c->device);
+  if (st == LAMP_OK) st = lamp_set_run_device(c->device);
+  return st != LAMP_OK ? lamp_error_context(st, "Trainer") : st;
+}
+
 static lamp_status build_model(lamp_trainer *t) {
   t->policy.struct_size = sizeof t->policy;
   lamp_status st = lamp_precision_policy_get(t->config.precision, &t->policy);
@@ -169,6 +182,7 @@ static void log_start(const lamp_trainer *t) {
 lamp_status lamp_trainer_new(lamp_trainer **out, const lamp_trainer_config *config) {
   *out = NULL;
   lamp_status st = check_config(config);
+  if (st == LAMP_OK) st = check_device(config);
   if (st != LAMP_OK) return st;
   lamp_trainer *t = calloc(1, sizeof *t);
   if (t == NULL) return lamp_error(LAMP_ERR_SYSTEM, "Trainer: out of memory");

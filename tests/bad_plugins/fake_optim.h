@@ -5,6 +5,9 @@
 **   FAKE_CREATE  create                      (default fake_create, which succeeds)
 **   FAKE_PARAMS  hdr.params and hdr.n_params (an array; default none)
 **   FAKE_SLOTS   slots                       (default fake_slots, which declares none)
+**   FAKE_STEP    step                        (default fake_step, which does nothing)
+**   FAKE_DEVICES hdr.devices                 (default 0)
+**   FAKE_ABI_MINOR hdr.abi_minor             (default LAMP_ABI_MINOR)
 ** A plugin whose table is not a plain lamp_optim_v1 leaves FAKE_NAME undefined and writes its
 ** own table and entry point from the fake_* functions.
 */
@@ -35,14 +38,31 @@ static lamp_status fake_slots(void *opt, lamp_optim_slot *out, uint32_t max, uin
 }
 #define FAKE_SLOTS fake_slots
 #endif
+#ifndef FAKE_STEP
 static lamp_status fake_step(void *opt, const lamp_optim_step *s) {
   (void)opt, (void)s;
   return LAMP_OK;
 }
+#define FAKE_STEP fake_step
+#endif
+#ifndef FAKE_DEVICES
+#define FAKE_DEVICES 0
+#endif
+#ifndef FAKE_ABI_MINOR
+#define FAKE_ABI_MINOR LAMP_ABI_MINOR
+#endif
 
 #ifdef FAKE_NAME
 static const lamp_optim_v1 table = {
-    .hdr = {LAMP_PLUGIN_HEADER(LAMP_KIND_OPTIM, lamp_optim_v1, FAKE_NAME, "0.1", "bad plugin"),
+    .hdr = {.magic = LAMP_PLUGIN_MAGIC,
+            .struct_size = sizeof(lamp_optim_v1),
+            .abi_major = LAMP_ABI_MAJOR,
+            .abi_minor = FAKE_ABI_MINOR,
+            .kind = LAMP_KIND_OPTIM,
+            .name = FAKE_NAME,
+            .version = "0.1",
+            .description = "bad plugin",
+            .devices = FAKE_DEVICES,
 #ifdef FAKE_PARAMS
             .params = FAKE_PARAMS,
             .n_params = sizeof FAKE_PARAMS / sizeof FAKE_PARAMS[0],
@@ -51,7 +71,7 @@ static const lamp_optim_v1 table = {
     .create = FAKE_CREATE,
     .destroy = fake_destroy,
     .slots = FAKE_SLOTS,
-    .step = fake_step,
+    .step = FAKE_STEP,
 };
 
 LAMP_PLUGIN_EXPORT const lamp_plugin *lamp_plugin_entry_v1(const lamp_host *host) {

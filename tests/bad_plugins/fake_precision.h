@@ -5,6 +5,7 @@
 **   FAKE_MAGIC        hdr.magic        (default LAMP_PLUGIN_MAGIC)
 **   FAKE_STRUCT_SIZE  hdr.struct_size  (default sizeof(lamp_precision_v1))
 **   FAKE_ABI_MAJOR    hdr.abi_major    (default LAMP_ABI_MAJOR)
+**   FAKE_ABI_MINOR    hdr.abi_minor    (default LAMP_ABI_MINOR)
 **   FAKE_SAVE_STATE   save_state       (default none)
 ** Everything else is valid, so the loader gets as far as the broken field and no further.
 */
@@ -24,6 +25,9 @@
 #endif
 #ifndef FAKE_ABI_MAJOR
 #define FAKE_ABI_MAJOR LAMP_ABI_MAJOR
+#endif
+#ifndef FAKE_ABI_MINOR
+#define FAKE_ABI_MINOR LAMP_ABI_MINOR
 #endif
 #ifndef FAKE_SAVE_STATE
 #define FAKE_SAVE_STATE NULL
@@ -65,7 +69,7 @@ static const lamp_precision_v1 table = {
     .hdr = {.magic = FAKE_MAGIC,
             .struct_size = FAKE_STRUCT_SIZE,
             .abi_major = FAKE_ABI_MAJOR,
-            .abi_minor = LAMP_ABI_MINOR,
+            .abi_minor = FAKE_ABI_MINOR,
             .kind = LAMP_KIND_PRECISION,
             .name = FAKE_NAME,
             .version = "0.1",

@@ -2,10 +2,15 @@
 -- trains --steps optimizer steps on a Fashion-MNIST subset, optionally after resuming from
 -- --resume, and saves the final state to --save. Two runs of 10 steps with a save and a resume
 -- in between must leave a checkpoint byte-identical to one run of 20.
+-- --device runs it on another device (the simulated one under build/tests/lamp-sim), --clip clips,
+-- and --net=resnet trains the small ResNet of scripts/lib.
+package.path = arg[0]:gsub("[^/]*$", "") .. "../../scripts/lib/?.lua;" .. package.path
 local lamp = require "lamp"
 local nn = lamp.nn
 local args = lamp.parse_args(arg, { precision = "fp32", optim = "sgd", accum = 1, steps = 20, save = "",
-                                    resume = "", limit = 512, batch = 32, seed = 3, net = "mlp" })
+                                    resume = "", limit = 512, batch = 32, seed = 3, net = "mlp", device = "cpu",
+                                    clip = 0 })
+lamp.device(args.device)
 
 local comm = lamp.comm("auto")
 -- fp16: a scale that overflows at once and grows every 3 clean steps, so the window of a
@@ -19,14 +24,16 @@ local train = lamp.data.idx("fashion-mnist", "train"):subset(1, args.limit)
 local loader = lamp.data.loader(train, { batch = args.batch // comm:size(), shuffle = true, drop_last = true,
                                          seed = args.seed, comm = comm })
 local model
-if args.net == "cnn" then
+if args.net == "resnet" then
+  model = require("resnet").build(nn, 1, 10)
+elseif args.net == "cnn" then
   model = nn.Sequential { nn.Conv2d(1, 8, 3, { padding = 1, bias = false }), nn.BatchNorm2d(8), nn.ReLU(),
                           nn.MaxPool2d(2), nn.Dropout(0.1), nn.GlobalAvgPool(), nn.Flatten(), nn.Linear(8, 10) }
 else
   model = nn.Sequential { nn.Linear(784, 64), nn.ReLU(), nn.Dropout(0.1), nn.Linear(64, 10) }
 end
 local trainer = lamp.Trainer { model = model, loss = nn.CrossEntropy(), precision = precision, comm = comm,
-                               optim = optim, seed = args.seed, accum = args.accum,
+                               optim = optim, seed = args.seed, accum = args.accum, clip = args.clip,
                                schedule = lamp.lr.cosine { total = 40 } }
 if args.resume ~= "" then
   assert(trainer:resume(args.resume), "no checkpoint in " .. args.resume)

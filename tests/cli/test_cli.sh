@@ -20,13 +20,24 @@ contains() { # name, haystack, needle
 }
 
 out=$("$lamp" --version); check "--version exits 0" $?
-contains "--version names the ABI" "$out" "(plugin ABI 1.0)"
+contains "--version names the ABI" "$out" "(plugin ABI 1.1)"
 
 out=$("$lamp" 2>&1); check "no arguments exits 2" $(( $? == 2 ? 0 : 1 ))
 contains "no arguments prints usage" "$out" "usage: lamp SCRIPT.lua"
 
-out=$("$lamp" plugins); check "plugins exits 0" $?
+out=$(env -u OMPI_COMM_WORLD_SIZE -u PMI_SIZE -u PMIX_RANK "$lamp" plugins); check "plugins exits 0" $?
 for p in "precision  fp32" "comm       single" "optim      sgd"; do contains "plugins lists $p" "$out" "$p"; done
+[[ "$(head -n 1 <<<"$out")" =~ ^KIND\ +NAME\ +VERSION\ +ABI\ +PROBE\ +PATH$ ]]
+check "plugins names its columns, PROBE before PATH (got: $(head -n 1 <<<"$out"))" $?
+row() { grep -E "^$1 +$2 " <<<"$3"; } # kind, name, listing
+[[ "$(row comm single "$out")" =~ \ 1\.1\ +1\ \(always\ available\)\ +/ ]]
+check "plugins shows single's probe (got: $(row comm single "$out"))" $?
+if [[ -e "$(dirname "$lamp")/plugins/comm/mpi.so" ]]; then
+  contains "plugins shows why mpi cannot run here" "$(row comm mpi "$out")" " 0 (not launched under mpirun ("
+  out=$(env -u PMI_SIZE -u PMIX_RANK OMPI_COMM_WORLD_SIZE=2 "$lamp" plugins)
+  contains "plugins shows mpi's probe under mpirun" "$(row comm mpi "$out")" \
+    " 2 (launched under mpirun (OMPI_COMM_WORLD_SIZE=2)) "
+fi
 
 out=$("$lamp" plugin-info "$(dirname "$lamp")/plugins/optim/sgd.so"); check "plugin-info exits 0" $?
 contains "plugin-info shows the kind" "$out" "kind        optim"
@@ -58,7 +69,7 @@ contains "an unknown plugin lists every candidate" "$out" "optim plugin 'nosuch'
   lamp-optim-nosuch.so (dlopen search path)"
 
 out=$("$lamp" scripts/fmnist_mlp.lua --epoch=2 2>&1); check "an unknown script argument exits 1" $(( $? == 1 ? 0 : 1 ))
-contains "an unknown script argument lists the valid ones" "$out" "unknown argument --epoch; valid arguments: --accum, --batch, --bucket_mb, --clip, --comm, --compress, --data, --epochs"
+contains "an unknown script argument lists the valid ones" "$out" "unknown argument --epoch; valid arguments: --accum, --batch, --bucket_mb, --clip, --comm, --compress, --data, --device, --epochs"
 
 out=$("$lamp" scripts/fmnist_mlp.lua --limit=1000 --lr=5000 2>&1); check "a NaN loss exits 1" $(( $? == 1 ? 0 : 1 ))
 contains "a NaN loss is a clear error" "$out" "training cannot continue (lower the learning rate or enable clipping)"
@@ -78,7 +89,7 @@ out=$("$lamp" plugin-info "$tmp/plain_sgd.so"); check "plugin-info reads the exa
 contains "plugin-info shows the example's name" "$out" "name        plain_sgd"
 out=$("$lamp" "$src/tests/cli/example_plugin/train_with.lua" "$tmp/plain_sgd.so" 2>&1)
 check "training with the example plugin succeeds" $?
-contains "the example plugin is announced" "$out" "optim: plain_sgd 0.1 (ABI 1.0) from $tmp/plain_sgd.so"
+contains "the example plugin is announced" "$out" "optim: plain_sgd 0.1 (ABI 1.1) from $tmp/plain_sgd.so"
 
 echo "cli: $passed passed, $failed failed"
 [[ $failed -eq 0 ]]

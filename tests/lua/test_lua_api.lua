@@ -87,4 +87,15 @@ for _, k in ipairs { "params", "grads", "master", "optim_state", "activations", 
   assert(type(mem[k].current) == "number" and type(mem[k].peak) == "number", k)
 end
 assert(mem.total.peak >= mem.total.current)
+assert(mem.sim == nil) -- other devices appear under their name once they have memory
+
+-- Devices: the CPU always; lamp.device() makes one the run device or says why it cannot.
+local cpu = lamp.device("cpu")
+assert(cpu.name == "cpu" and cpu.ordinal == 0 and cpu.count == 1)
+local devices = lamp.devices()
+assert(#devices == 1 and devices[1].name == "cpu")
+expect_error(function() lamp.device("cuda") end, "device cuda is not supported by this build")
+expect_error(function() lamp.device("cuda:x") end, "lamp.device: 'cuda:x' has no valid ordinal after ':' (expected e.g. cuda:0)")
+expect_error(function() lamp.device("cpu:2") end, "device cpu:2 does not exist (this process sees 1 cpu device)")
+expect_error(function() lamp.device(7) end, "lamp.device: a device is a name (\"cpu\", \"cuda:0\") or lamp.device(...), got number")
 print("ok")

@@ -165,7 +165,13 @@ do
 end
 
 expect_error(function() trainer_with { epochs = 3 } end,
-  "Trainer: unknown field 'epochs'; valid fields: model, loss, precision, comm, optim, accum, clip, schedule, seed, param_groups, bucket_mb, compress")
+  "Trainer: unknown field 'epochs'; valid fields: model, loss, precision, comm, optim, accum, clip, schedule, seed, param_groups, bucket_mb, compress, device")
+expect_error(function() trainer_with { device = "cuda" } end, "device cuda is not supported by this build")
+expect_error(function() trainer_with { device = "tpu" } end, "device 'tpu' is not known (expected one of: cpu, cuda)")
+expect_error(function() trainer_with { device = 3 } end,
+  "Trainer: 'device': a device is a name (\"cpu\", \"cuda:0\") or lamp.device(...), got number")
+expect_error(function() trainer_with { device = "cpu:1" } end, "device cpu:1 does not exist (this process sees 1 cpu device)")
+assert(trainer_with { device = lamp.device("cpu") })
 expect_error(function() trainer_with { param_groups = { { match = "bias$" }, { match = "^nothing" } } } end,
   "Trainer: param_groups[2]: pattern '^nothing' matches no parameter (names look like '0.weight')")
 expect_error(function() trainer_with { param_groups = { { match = "bias$", lr = 0 } } } end,

@@ -1,8 +1,8 @@
 /*
 ** The append-only rule's guard: the offset and size of every member of every public struct,
 ** and the value of every public constant, pinned for x86-64 (LP64). A failure here means a
-** change broke plugins built against ABI 1.0: append members at the end instead, or bump
-** LAMP_ABI_MAJOR.
+** change broke plugins built against an earlier 1.x: append members at the end instead (and
+** pin them here), or bump LAMP_ABI_MAJOR. Members added in 1.1 are marked.
 */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -22,7 +22,7 @@
 static void test_constants(void **state) {
   (void)state;
   assert_int_equal(LAMP_ABI_MAJOR, 1);
-  assert_int_equal(LAMP_ABI_MINOR, 0);
+  assert_int_equal(LAMP_ABI_MINOR, 1);
   assert_int_equal(LAMP_PLUGIN_MAGIC, 0x504d414c);
   assert_string_equal(LAMP_ENTRY_SYMBOL, "lamp_plugin_entry_v1");
   assert_int_equal(LAMP_OK, 0);
@@ -107,7 +107,20 @@ static void test_host(void **state) {
   FIELD(lamp_host, free, 40, 8);
   FIELD(lamp_host, unscale_and_check, 48, 8);
   FIELD(lamp_host, abort_flag, 56, 8);
-  assert_int_equal(sizeof(lamp_host), 64);
+  /* 1.1 */
+  FIELD(lamp_host, device_count, 64, 8);
+  FIELD(lamp_host, device_ordinal, 72, 8);
+  FIELD(lamp_host, run_device, 80, 8);
+  FIELD(lamp_host, stream, 88, 8);
+  FIELD(lamp_host, copy, 96, 8);
+  FIELD(lamp_host, synchronize, 104, 8);
+  assert_int_equal(sizeof(lamp_host), 112);
+  /* A 1.0 core's table ends at abort_flag; LAMP_HOST_HAS tells a plugin so. */
+  lamp_host old = {.struct_size = 64};
+  assert_true(LAMP_HOST_HAS(&old, abort_flag));
+  assert_false(LAMP_HOST_HAS(&old, device_count));
+  lamp_host now = {.struct_size = sizeof(lamp_host)};
+  assert_true(LAMP_HOST_HAS(&now, synchronize));
 }
 
 static void test_precision(void **state) {
@@ -180,7 +193,8 @@ static void test_optim(void **state) {
   FIELD(lamp_optim_step, lr, 64, 8);
   FIELD(lamp_optim_step, grad_scale, 72, 8);
   FIELD(lamp_optim_step, hparams, 80, 8);
-  assert_int_equal(sizeof(lamp_optim_step), 88);
+  FIELD(lamp_optim_step, stream, 88, 8); /* 1.1 */
+  assert_int_equal(sizeof(lamp_optim_step), 96);
 
   FIELD(lamp_optim_v1, hdr, 0, 72);
   FIELD(lamp_optim_v1, create, 72, 8);

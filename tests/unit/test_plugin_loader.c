@@ -322,7 +322,7 @@ static void test_newer_core_entry(void **state) {
   const lamp_plugin_handle *h = NULL;
   assert_error(lamp_plugin_load(LAMP_KIND_PRECISION, BAD("v2only"), &h), LAMP_ERR_INVALID_USAGE,
                BAD("v2only") ": built for a newer core: exports lamp_plugin_entry_v2, this core "
-                             "(ABI 1.0) needs lamp_plugin_entry_v1");
+                             "(ABI 1.1) needs lamp_plugin_entry_v1");
 }
 
 static void test_entry_refuses(void **state) {
@@ -363,11 +363,15 @@ static void test_struct_too_small(void **state) {
   (void)state;
   const lamp_plugin_handle *h = NULL;
   assert_error(lamp_plugin_load(LAMP_KIND_PRECISION, BAD("small"), &h), LAMP_ERR_INVALID_USAGE,
-               BAD("small") ": table is 40 bytes, ABI 1.0 precision plugins need at least %zu",
+               BAD("small") ": table is 40 bytes, ABI 1.1 precision plugins need at least %zu",
                offsetof(lamp_precision_v1, save_state));
   assert_int_equal(lamp_plugin_required_size(LAMP_KIND_PRECISION, 0), 120);
   assert_int_equal(lamp_plugin_required_size(LAMP_KIND_COMM, 0), 128);
   assert_int_equal(lamp_plugin_required_size(LAMP_KIND_OPTIM, 0), 104);
+  /* ABI 1.1 added no family member: the same prefixes. */
+  assert_int_equal(lamp_plugin_required_size(LAMP_KIND_PRECISION, 1), 120);
+  assert_int_equal(lamp_plugin_required_size(LAMP_KIND_COMM, 1), 128);
+  assert_int_equal(lamp_plugin_required_size(LAMP_KIND_OPTIM, 1), 104);
 }
 
 static void test_required_function_null(void **state) {
@@ -405,6 +409,37 @@ static void test_minor_versions_accepted(void **state) {
   assert_error(lamp_precision_load_state(p, blob, sizeof blob), LAMP_ERR_INVALID_USAGE,
                "oldsize: has no scaler state, the checkpoint holds 24 bytes");
   lamp_precision_close(p);
+}
+
+/*
+** A plugin built against ABI 1.0 (tests/bad_plugins/abi10.c): it loads, and the core calls it as
+** 1.0 defined, its hdr.devices of 0 meaning the CPU. Its all_reduce adds 1 to each element.
+*/
+static void test_abi_1_0_plugin_runs(void **state) {
+  (void)state;
+  const lamp_plugin_handle *h = NULL;
+  assert_int_equal(lamp_plugin_load(LAMP_KIND_COMM, BAD("abi10"), &h), LAMP_OK);
+  assert_int_equal(h->desc->abi_minor, 0);
+  assert_int_equal(h->desc->devices, 0);
+  assert_true(lamp_plugin_runs_on(h, LAMP_CPU));
+  assert_int_equal(lamp_plugin_check_device(h, LAMP_CPU), LAMP_OK);
+
+  lamp_comm *c = NULL;
+  assert_int_equal(lamp_comm_open(&c, BAD("abi10"), NULL, 0), LAMP_OK);
+  assert_int_equal(lamp_comm_rank(c), 0);
+  assert_int_equal(lamp_comm_size(c), 1);
+  float x[3] = {1.0f, -2.0f, 0.5f};
+  assert_int_equal(lamp_comm_all_reduce(c, x, 3, LAMP_F32, LAMP_REDUCE_SUM, LAMP_CPU), LAMP_OK);
+  assert_true(x[0] == 2.0f && x[1] == -1.0f && x[2] == 1.5f);
+  assert_int_equal(lamp_comm_broadcast(c, x, 3, LAMP_F32, 0, LAMP_CPU), LAMP_OK);
+  assert_int_equal(lamp_comm_barrier(c), LAMP_OK);
+  /* Its optional members are absent, as in 1.0. */
+  assert_false(lamp_comm_supports(c, "all_gather"));
+  /* The core refuses what 1.0's devices 0 does not cover, before the plugin sees the call. */
+  assert_error(lamp_comm_all_reduce(c, x, 3, LAMP_F32, LAMP_REDUCE_SUM, LAMP_CUDA),
+               LAMP_ERR_UNSUPPORTED, "abi10: does not run on cuda (its devices: cpu)");
+  assert_true(x[0] == 2.0f);
+  lamp_comm_close(c);
 }
 
 /* }====================================================== */
@@ -498,7 +533,7 @@ static void test_info_line_once(void **state) {
   make_dir(TMP "/info", 0755);
   copy_file(BUILT("comm", "single"), TMP "/info/single.so", 0644);
   char line[PATH_MAX + 64];
-  snprintf(line, sizeof line, "comm: single 1.0 (ABI 1.0) from %s", real(TMP "/info/single.so"));
+  snprintf(line, sizeof line, "comm: single 1.0 (ABI 1.1) from %s", real(TMP "/info/single.so"));
   capture_start();
   const lamp_plugin_handle *h = NULL;
   assert_int_equal(lamp_plugin_load(LAMP_KIND_COMM, TMP "/info/single.so", &h), LAMP_OK);
@@ -665,6 +700,7 @@ int main(int argc, char **argv) {
       T(test_required_function_null),
       T(test_create_fails),
       T(test_minor_versions_accepted),
+      T(test_abi_1_0_plugin_runs),
       T(test_world_writable_file),
       T(test_world_writable_directory),
       T(test_symlink_into_writable_directory),

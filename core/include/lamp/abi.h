@@ -14,7 +14,15 @@
 **   - an older minor or a smaller struct_size is accepted: members past struct_size count as
 **     NULL ("unsupported");
 **   - tables only ever grow at the end; members are never reordered or retyped within a major.
-**     tests/unit/test_abi_layout.c pins the offset of every member.
+**     tests/unit/test_abi_layout.c pins the offset of every member;
+**   - the same holds the other way: the host table grows too, so a plugin checks
+**     host->struct_size (LAMP_HOST_HAS in host.h) before using a member added after ABI 1.0;
+**   - hdr.devices is enforced from ABI 1.1: the core calls a plugin only on the devices it declares
+**     (or with host memory, see README "Devices"). A plugin built against ABI 1.0 that leaves it 0
+**     counts as declaring the CPU; one built against 1.1 or later that leaves it 0 runs nowhere.
+**
+** ABI 1.1 added, at the ends of their structs: the device services of lamp_host (device_count ..
+** synchronize) and lamp_optim_step.stream. No family table gained a member.
 */
 #ifndef LAMP_ABI_H
 #define LAMP_ABI_H
@@ -28,7 +36,7 @@ extern "C" {
 #endif
 
 #define LAMP_ABI_MAJOR 1
-#define LAMP_ABI_MINOR 0
+#define LAMP_ABI_MINOR 1
 
 /* 'L' 'A' 'M' 'P' read as a little-endian uint32. */
 #define LAMP_PLUGIN_MAGIC 0x504d414cu
@@ -114,7 +122,7 @@ typedef struct lamp_plugin {
   const char *name;     /* short name: "fp32", "single", "sgd" */
   const char *version;  /* the plugin's own version, "1.0" */
   const char *description;
-  uint32_t devices;     /* LAMP_BIT(lamp_device) mask */
+  uint32_t devices;     /* LAMP_BIT(lamp_device) mask: the devices whose memory it accepts */
   uint32_t dtypes;      /* LAMP_BIT(lamp_dtype) mask */
   const lamp_param *params;
   uint32_t n_params;

@@ -1,8 +1,9 @@
 /*
 ** The services the core hands to every plugin. Plugins never link the core: everything
 ** they need from it arrives through this table, which lives as long as the process.
-** Like the family tables it only grows at the end; check struct_size before using a member
-** added after ABI 1.0.
+** Like the family tables it only grows at the end: a plugin that may meet an older core checks
+** LAMP_HOST_HAS(host, member) (or host->abi_minor) before using a member added after ABI 1.0,
+** since a 1.0 core's table ends at abort_flag.
 */
 #ifndef LAMP_HOST_H
 #define LAMP_HOST_H
@@ -60,16 +61,55 @@ typedef struct lamp_host {
   void (*free)(void *ptr);
 
   /*
-  ** The fused unscale-and-check: one pass over `n` elements of `grads` (fp32), multiplying
-  ** each by inv_scale in place and setting *found_inf = 1 if any value is inf or NaN
-  ** (*found_inf is left untouched otherwise, so callers zero it first).
+  ** The fused unscale-and-check: one pass over `n` elements of `grads` (fp32, memory of
+  ** `device`), multiplying each by inv_scale in place and setting *found_inf = 1 if any value
+  ** is inf or NaN (*found_inf is left untouched otherwise, so callers zero it first).
+  ** found_inf is host memory on every device. On a device whose work is queued (cuda) the call
+  ** blocks: it waits for the check, and so for the work queued before it, to get the flag.
   */
   lamp_status (*unscale_and_check)(lamp_device device, float *grads, size_t n, float inv_scale,
                                    int *found_inf);
 
   /* Non-zero once the user or a failing rank asked the run to stop; long waits poll it. */
   const volatile int *abort_flag;
+
+  /*
+  ** ---- ABI 1.1: present when LAMP_HOST_HAS(host, member) --------------------------------
+  ** The device services, for any of the plugin's functions; device_count and device_ordinal
+  ** create no device context, so probe may call them too. On a device without a backend in
+  ** this core, copy and synchronize fail with LAMP_ERR_UNSUPPORTED (report it with set_error:
+  ** the core's message does not reach the plugin).
+  */
+
+  /* How many devices of this kind the process can use: 0 without a driver or backend. */
+  int (*device_count)(lamp_device device);
+
+  /* The ordinal of the device of this kind the process uses (one process per GPU), -1 when
+     there is none. */
+  int (*device_ordinal)(lamp_device device);
+
+  /* The device the run trains on. A device this ABI does not name never shows here: a core
+     device whose memory the host can address is reported as LAMP_CPU, and plugins are then
+     handed that memory as host memory. */
+  lamp_device (*run_device)(void);
+
+  /* The core's queue on `device` (a cudaStream_t on cuda): enqueue work there so it runs in
+     order with the core's. NULL where work is not queued (cpu). */
+  void *(*stream)(lamp_device device);
+
+  /* Copies `bytes` between any two devices (LAMP_CPU: host memory). Returns once a host source
+     may be reused and a host destination holds the data; a copy within one device is queued. */
+  lamp_status (*copy)(void *dst, lamp_device dst_device, const void *src, lamp_device src_device,
+                      size_t bytes);
+
+  /* Returns when all work queued on `device` so far is done, with the first error of that work. */
+  lamp_status (*synchronize)(lamp_device device);
 } lamp_host;
+
+/* Whether the host table reaching the plugin has `member` (a core older than the plugin's
+   headers has a shorter table). */
+#define LAMP_HOST_HAS(host, member)                                                                \
+  (offsetof(lamp_host, member) + sizeof((host)->member) <= (host)->struct_size)
 
 #ifdef __cplusplus
 }

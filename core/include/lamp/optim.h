@@ -37,7 +37,8 @@ typedef struct lamp_optim_segment {
 /* Everything one step needs. */
 typedef struct lamp_optim_step {
   uint32_t struct_size;
-  uint32_t device;           /* lamp_device of every pointer below */
+  uint32_t device;           /* lamp_device of params, grads and the slabs slots points to;
+                                the slots array, segments and hparams are host memory */
   size_t n;                  /* elements in each slab */
   float *params;             /* fp32 parameters or fp32 master weights, updated in place */
   const float *grads;        /* fp32 gradients, averaged over ranks, not yet scaled */
@@ -48,6 +49,15 @@ typedef struct lamp_optim_step {
   double lr;                 /* the scheduled learning rate for this step */
   double grad_scale;         /* multiply every gradient by this first (1/S, clipping) */
   const double *hparams;     /* hdr.n_params values in declaration order */
+
+  /*
+  ** ABI 1.1. The queue to enqueue the step on where the device queues work (a cudaStream_t on
+  ** cuda), NULL where the step runs now (cpu). On such a device the step must not synchronise:
+  ** it returns once its work is enqueued, and the core orders the rest after it. The core sets
+  ** struct_size, so a plugin built against 1.0 never reads this member; one built against 1.1
+  ** that may meet a 1.0 core checks struct_size first.
+  */
+  void *stream;
 } lamp_optim_step;
 
 typedef struct lamp_optim_v1 {

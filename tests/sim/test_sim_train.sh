@@ -1,0 +1,74 @@
+#!/usr/bin/env bash
+# The whole trainer on the simulated device (tests/sim/lamp_sim.c: memory the host cannot read,
+# work run later on a queue): the MLP and the small ResNet under fp32, fp16 and bf16, with
+# accumulation 2 and clipping, trained 10 optimizer steps with a save after 6 and a resume in a
+# new process, leave a checkpoint byte-identical to 10 straight steps on the CPU; and so do 2
+# ranks over MPI with gradient buckets. The checkpoint holds parameters, masters, optimizer
+# state, the loss scaler, BatchNorm buffers and counters, so `cmp` compares all of them.
+# Usage: test_sim_train.sh LAMP LAMP_SIM SOURCE_DIR
+set -u
+lamp=$1
+lamp_sim=$2
+src=$3
+run="$src/tests/cli/resume_run.lua"
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+passed=0
+failed=0
+export OPENBLAS_NUM_THREADS=1
+
+check() { # name, status
+  if [[ $2 -eq 0 ]]; then passed=$((passed + 1)); else failed=$((failed + 1)); echo "FAILED: $1"; fi
+}
+
+same() { # name, a, b, logs...
+  local name=$1 a=$2 b=$3
+  shift 3
+  cmp -s "$a" "$b"
+  local st=$?
+  check "$name: byte-identical to the CPU" $st
+  if [[ $st -ne 0 ]]; then tail -3 "$@"; cmp -l "$a" "$b" | head -3; fi
+}
+
+sim_case() { # name, arguments...
+  local name=$1
+  shift
+  local d="$tmp/$name"
+  mkdir -p "$d"
+  "$lamp" "$run" "$@" --steps=10 --save="$d/cpu.lamp" >"$d/cpu.log" 2>&1
+  check "$name: 10 steps on the cpu" $?
+  "$lamp_sim" "$run" "$@" --device=sim --steps=6 --save="$d/half.lamp" >"$d/first.log" 2>&1
+  check "$name: 6 steps on the sim" $?
+  "$lamp_sim" "$run" "$@" --device=sim --steps=4 --resume="$d/half.lamp" --save="$d/sim.lamp" >"$d/second.log" 2>&1
+  check "$name: resumed on the sim, 4 more" $?
+  same "$name" "$d/cpu.lamp" "$d/sim.lamp" "$d/cpu.log" "$d/second.log"
+}
+
+common=(--accum=2 --clip=0.5 --limit=256)
+for p in fp32 fp16 bf16; do
+  sim_case "mlp-$p" --net=mlp --precision=$p "${common[@]}"
+  sim_case "resnet-$p" --net=resnet --precision=$p "${common[@]}"
+done
+sim_case "cnn-dropout-adamw-fp16" --net=cnn --precision=fp16 --optim=adamw "${common[@]}"
+
+# Two ranks over MPI: buckets all-reduced as backward produces them, on the simulated device.
+if command -v mpirun >/dev/null && [[ -f "$(dirname "$lamp")/plugins/comm/mpi.so" ]]; then
+  for net in mlp resnet; do
+    d="$tmp/mpi-$net"
+    mkdir -p "$d"
+    "$src/scripts/lamp-run" -n 2 "$run" --net=$net --precision=bf16 --accum=2 --limit=256 --steps=6 \
+      --save="$d/cpu.lamp" >"$d/cpu.log" 2>&1
+    check "mpi-$net: 2 ranks on the cpu" $?
+    LAMP_BIN="$lamp_sim" "$src/scripts/lamp-run" -n 2 "$run" --device=sim --net=$net --precision=bf16 --accum=2 \
+      --limit=256 --steps=6 --save="$d/sim.lamp" >"$d/sim.log" 2>&1
+    check "mpi-$net: 2 ranks on the sim" $?
+    grep -q "comm: mpi" "$d/sim.log"
+    check "mpi-$net: the mpi communicator ran" $?
+    same "mpi-$net" "$d/cpu.lamp" "$d/sim.lamp" "$d/cpu.log" "$d/sim.log"
+  done
+else
+  echo "mpirun or the mpi plugin is missing: the two-rank cases are skipped"
+fi
+
+echo "sim: $passed passed, $failed failed"
+[[ $failed -eq 0 ]]
