@@ -35,7 +35,8 @@ const lamp_backend *lamp_backend_get(lamp_device device, const char *op) {
 }
 
 lamp_status lamp_device_check(lamp_device device) {
-  return lamp_backend_get(device, "device") != NULL ? LAMP_OK : LAMP_ERR_UNSUPPORTED;
+  if ((unsigned)device < LAMP_DEVICE_SLOTS && backends[device] != NULL) return LAMP_OK;
+  return lamp_error(LAMP_ERR_UNSUPPORTED, "device %s is not supported by this build", lamp_device_name(device));
 }
 
 int lamp_device_has(lamp_device device, unsigned caps) {
