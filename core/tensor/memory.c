@@ -114,7 +114,7 @@ static void remove_slot(size_t i) {
     slots[hole] = slots[j];
     hole = j;
   }
-  slots[hole].at = 0;
+  slots[hole] = (block){0};
   used--;
 }
 
@@ -125,6 +125,7 @@ static block lookup(const void *ptr) {
   pthread_mutex_lock(&lock);
   if (capacity > 0) b = slots[find((uintptr_t)ptr)];
   pthread_mutex_unlock(&lock);
+  if (b.at != (uintptr_t)ptr) b = (block){0}; /* the empty slot where it would be */
   return b;
 }
 
