@@ -3,7 +3,7 @@
 ** lamp_fusion_with_relu about each adjacent pair once, when they are built; this is the one place
 ** that decides which pairs fuse, and each fusion names the layer's own entry points for it.
 ** A fusion must give the same bits as the pair run one after the other and pay for itself (one
-** pass and one stored activation fewer); the README's "Fusions" lists what each one measured.
+** pass and one stored activation fewer); tests/unit/test_fusion.c checks both.
 */
 #ifndef LAMP_NN_FUSION_H
 #define LAMP_NN_FUSION_H

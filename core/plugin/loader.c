@@ -1,6 +1,7 @@
 /*
-** The plugin loader: dlopen, the fixed validation order of DESIGN.md rule 6, and the cache of
-** loaded plugins (by real path, never unloaded). discover.c walks the search locations.
+** The plugin loader: dlopen, the fixed validation order below (with its messages in
+** docs/plugins.md, "How plugins are found and checked"), and the cache of loaded plugins (by
+** real path, never unloaded). discover.c walks the search locations.
 **
 ** Validation order, each step with one message naming the path:
 **   not found -> writable by others -> dlopen error -> no entry symbol (or a newer one)

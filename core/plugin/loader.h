@@ -1,5 +1,6 @@
 /*
-** Finding, loading and validating plugins (DESIGN.md "The plugin ABI", rules 5 to 8).
+** Finding, loading and validating plugins (the rules and every message: docs/plugins.md, "How
+** plugins are found and checked").
 **
 ** A name containing '/' is a path used verbatim. Otherwise name N of kind K is searched in:
 **   1. LAMP_PLUGIN_PATH: ';'-separated templates in which '?' stands for N and '!' for the kind

@@ -2,7 +2,9 @@
 # and the OpenBLAS kernel lamp runs on, which PyTorch is given too so neither is handicapped.
 #
 #   bench_args NAME "$@"   parses --repeat=N and --epochs=E into $repeat and $epochs
-#   bench_torch NAME       sets $ref and $python, or stops with a message naming what is missing
+#   bench_torch NAME       sets $ref, the PyTorch twin of the recipe given by LAMP_TORCH_REF (a
+#                          script outside this repository; its default suits the developers'
+#                          machines), and $python (PYTHON), or stops naming what is missing
 #   bench_core LAMP        prints the OpenBLAS core that `LAMP --version` reports
 #   keep NAME SPS          records a run: best[NAME] the highest over the repeats, cur[NAME] this
 #                          repeat's; a run that printed nothing stops the benchmark, naming it

@@ -12,8 +12,8 @@
 # OpenBLAS kernel lamp reports in `lamp --version` (OPENBLAS_CORETYPE), so both use the same GEMM.
 #
 #   scripts/bench/ddp.sh [--repeat=N] [--epochs=E]
-# Environment: LAMP_BUILD_DIR (default build), LAMP_TORCH_REF (default
-# ../shared/reference/torch/train_ref.py), PYTHON (/usr/bin/python3).
+# Environment: LAMP_BUILD_DIR (default build), LAMP_TORCH_REF (the PyTorch twin of the recipe;
+# see common.sh), PYTHON (/usr/bin/python3).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 

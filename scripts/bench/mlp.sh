@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # Benchmark: lamp against PyTorch (Debian python3-torch) on the reference MLP, 784-1024-1024-10,
 # batch 128, fp32, SGD, one epoch of Fashion-MNIST, run one after the other in this one run.
-# Prints samples/s of each run and the ratio of lamp's best to PyTorch's best thread setting.
+# Prints samples/s of each run and the ratio of lamp to PyTorch's best thread setting, as best-of-N
+# and as the median of the ratios inside each repeat (see common.sh).
 #
 #   scripts/bench/mlp.sh [--repeat=N] [--epochs=E]
-# Environment: LAMP_TORCH_REF (default ../shared/reference/torch/train_ref.py), PYTHON (/usr/bin/python3).
+# Environment: LAMP_TORCH_REF (the PyTorch twin of the recipe; see common.sh), PYTHON (/usr/bin/python3).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 
@@ -35,11 +36,13 @@ report() { # label, "samples/s accuracy%"
   last_sps=$sps
 }
 
-best_lamp=0; best_torch=0; best_torch_setting=""
+best_lamp=0; best_torch=0; best_torch_setting=""; cur_torch=0
 printf "%-44s %10s %10s\n" "run (784-1024-1024-10, batch 128, fp32, sgd)" "samples/s" "accuracy"
 for ((i = 1; i <= repeat; i++)); do
   report "lamp (OpenBLAS core $lamp_core)" "$(lamp_run)"
   (( last_sps > best_lamp )) && best_lamp=$last_sps
+  cur_lamp=$last_sps
+  cur_torch=0
   for core in "" "$lamp_core"; do
     [[ -n "$core" && "$core" == "Prescott" ]] && continue
     for threads in 1 2; do
@@ -49,8 +52,10 @@ for ((i = 1; i <= repeat; i++)); do
       setting="--threads $threads${core:+, OPENBLAS_CORETYPE=$core}"
       report "pytorch $setting" "$sps $acc"
       if (( last_sps > best_torch )); then best_torch=$last_sps; best_torch_setting=$setting; fi
+      (( last_sps > cur_torch )) && cur_torch=$last_sps
     done
   done
+  pair_add torch "$cur_lamp" "$cur_torch"
 done
-awk -v l="$best_lamp" -v t="$best_torch" -v s="$best_torch_setting" \
-  'BEGIN { printf "ratio lamp / pytorch best (%s): %.2fx  (%d vs %d samples/s)\n", s, l / t, l, t }'
+awk -v l="$best_lamp" -v t="$best_torch" -v s="$best_torch_setting" -v m="$(pair_median torch)" -v r="$repeat" \
+  'BEGIN { printf "ratio lamp / pytorch best (%s): %.2fx best-of, %sx median of %d paired repeat(s)  (%d vs %d samples/s)\n", s, l / t, m, r, l, t }'

@@ -1,5 +1,5 @@
--- The small ResNet of ../shared/reference/torch/train_ref.py --arch cnn, shared by the ResNet
--- scripts (require "resnet" after adding scripts/lib to package.path):
+-- The small ResNet of the PyTorch twin of the recipe (LAMP_TORCH_REF, --arch cnn), shared by the
+-- ResNet scripts (require "resnet" after adding scripts/lib to package.path):
 --   conv3x3(c_in -> 16) -> BN -> ReLU -> block(16) -> maxpool 2 -> conv3x3(16 -> 32) -> BN -> ReLU
 --   -> block(32) -> global average pool -> flatten -> linear(32 -> classes)
 -- where block(c) = relu(x + bn(conv(relu(bn(conv(x)))))), every convolution 3x3, padding 1, no bias.

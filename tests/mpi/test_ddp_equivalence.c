@@ -1,6 +1,7 @@
 /*
-** DDP is exact (DESIGN.md, Numerics): run as `mpirun -n 2 test_ddp_equivalence`, with the real
-** mpi communicator plugin and the real precision and optimizer plugins.
+** DDP is exact: N ranks of B rows take the step of 1 rank of N*B rows (README, "Data parallel").
+** Run as `mpirun -n 2 test_ddp_equivalence`, with the real mpi communicator plugin and the real
+** precision and optimizer plugins.
 **
 **   1. Every rank draws the same STEPS global batches of GLOBAL rows from one seed and takes its
 **      own half (rank r: rows [HALF r, HALF r + HALF)). 2 ranks x HALF must equal, within 1e-5

@@ -2,8 +2,8 @@
 ** The CNN layers inside a model: the buffer slab and its table, BatchNorm's fp32 parameters and
 ** statistics under the 16-bit policies (keep_f32), activation memory that grows linearly with
 ** the batch, a steady state that allocates nothing, the printed tree with parameter counts,
-** and Dropout's masks reproducible from the model's seed. The network is the reference ResNet
-** of /work/shared/reference/torch/train_ref.py --arch cnn.
+** and Dropout's masks reproducible from the model's seed. The network is the small ResNet of
+** scripts/lib/resnet.lua (the one the PyTorch twin of the recipe builds with --arch cnn).
 */
 #include <stdarg.h>
 #include <stddef.h>
@@ -278,7 +278,7 @@ static size_t activation_bytes(int64_t batch) {
   return used;
 }
 
-/* The primer's "activations grow with batch x size": 4x the batch, 4x the activation bytes. */
+/* Activation memory grows linearly with the batch: 4x the batch, 4x the activation bytes. */
 static void test_activations_linear_in_batch(void **state) {
   (void)state;
   size_t a32 = activation_bytes(32), a128 = activation_bytes(128);

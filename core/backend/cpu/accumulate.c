@@ -2,8 +2,9 @@
 ** Rounding through a 16-bit dtype while staying in fp32 storage. The CPU has no 16-bit GEMM,
 ** so 16-bit operands are fed to sgemm widened (exactly) to fp32; these kernels give fp32 arrays
 ** whose values are what a 16-bit tensor would hold, and add 16-bit-rounded gradients into the
-** fp32 accumulation buffer without a 16-bit intermediate (DESIGN.md, "fp32 accumulation buffer
-** for 16-bit gradients"): one pass instead of a rounding pass plus a widening pass.
+** fp32 accumulation buffer without a 16-bit intermediate (a policy with a 16-bit grad_dtype: each
+** micro-step's gradient is rounded to 16 bits, then summed in fp32): one pass instead of a
+** rounding pass plus a widening pass.
 */
 #include <string.h>
 

@@ -9,7 +9,7 @@
 ** lamp_optim_v1) whose first member is the lamp_plugin header below. The entry may inspect
 ** `host` and refuse by calling host->set_error(NULL, ...) and returning NULL.
 **
-** Compatibility rules (see README "Writing a plugin"):
+** Compatibility rules (see docs/plugins.md, "The rules"):
 **   - a different ABI major is refused, naming both versions;
 **   - an older minor or a smaller struct_size is accepted: members past struct_size count as
 **     NULL ("unsupported");
@@ -18,8 +18,9 @@
 **   - the same holds the other way: the host table grows too, so a plugin checks
 **     host->struct_size (LAMP_HOST_HAS in host.h) before using a member added after ABI 1.0;
 **   - hdr.devices is enforced from ABI 1.1: the core calls a plugin only on the devices it declares
-**     (or with host memory, see README "Devices"). A plugin built against ABI 1.0 that leaves it 0
-**     counts as declaring the CPU; one built against 1.1 or later that leaves it 0 runs nowhere.
+**     (or with host memory, see docs/plugins.md, "Devices"). A plugin built against ABI 1.0 that
+**     leaves it 0 counts as declaring the CPU; one built against 1.1 or later that leaves it 0
+**     runs nowhere.
 **
 ** ABI 1.1 added, at the ends of their structs: the device services of lamp_host (device_count ..
 ** synchronize) and lamp_optim_step.stream. No family table gained a member.

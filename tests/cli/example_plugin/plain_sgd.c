@@ -1,5 +1,5 @@
 /*
-** A third-party optimizer plugin, written the way the README tells a stranger to: it includes
+** A third-party optimizer plugin, written the way docs/plugins.md tells a stranger to: it includes
 ** only the public headers, links nothing of lamp, and exports one function. The CLI test builds
 ** it with a bare `cc` and trains with it by path.
 */
