@@ -8,6 +8,7 @@
 #include "backend/backend.h"
 #include "base/error.h"
 #include "nn/loss.h"
+#include "tensor/dtype.h"
 
 lamp_loss *lamp_loss_retain(lamp_loss *loss) {
   if (loss != NULL) loss->refcount++;
@@ -19,13 +20,9 @@ void lamp_loss_release(lamp_loss *loss) {
   loss->ops->destroy(loss);
 }
 
-static int is_float(lamp_dtype dtype) {
-  return dtype == LAMP_F32 || dtype == LAMP_F16 || dtype == LAMP_BF16;
-}
-
 static lamp_status check_logits(const lamp_tensor *logits) {
   char what[128];
-  if (logits->ndim == 2 && is_float(logits->dtype) && lamp_tensor_is_contiguous(logits)) return LAMP_OK;
+  if (logits->ndim == 2 && lamp_dtype_is_float(logits->dtype) && lamp_tensor_is_contiguous(logits)) return LAMP_OK;
   return lamp_error(LAMP_ERR_INVALID_ARG,
                     "CrossEntropy: logits %s must be a contiguous f32, f16 or bf16 tensor [batch, classes]",
                     lamp_tensor_describe(logits, what, sizeof what));
@@ -44,7 +41,7 @@ static lamp_status check_labels(const lamp_tensor *labels, const lamp_tensor *lo
 static lamp_status check_dlogits(const lamp_tensor *dlogits, const lamp_tensor *logits) {
   char what[128], lw[128];
   if (dlogits->ndim == 2 && dlogits->shape[0] == logits->shape[0] && dlogits->shape[1] == logits->shape[1] &&
-      is_float(dlogits->dtype) && lamp_tensor_is_contiguous(dlogits))
+      lamp_dtype_is_float(dlogits->dtype) && lamp_tensor_is_contiguous(dlogits))
     return LAMP_OK;
   return lamp_error(LAMP_ERR_INVALID_ARG,
                     "CrossEntropy: dlogits %s must be a contiguous floating-point tensor shaped like logits %s",

@@ -9,10 +9,7 @@
 
 #include "base/error.h"
 #include "nn/layer.h"
-
-static inline int lamp_nn_is_float(lamp_dtype dtype) {
-  return dtype == LAMP_F32 || dtype == LAMP_F16 || dtype == LAMP_BF16;
-}
+#include "tensor/dtype.h"
 
 /* "[2, 3, 28, 28]" */
 static inline const char *lamp_nn_shape_text(int ndim, const int64_t *shape, char *buf, size_t size) {
@@ -36,7 +33,7 @@ static inline int lamp_nn_same_shape(const lamp_tensor *a, const lamp_tensor *b)
 
 /* A contiguous floating-point tensor (what activations and their gradients must be). */
 static inline int lamp_nn_is_activation(const lamp_tensor *t) {
-  return lamp_nn_is_float(t->dtype) && lamp_tensor_is_contiguous(t);
+  return lamp_dtype_is_float(t->dtype) && lamp_tensor_is_contiguous(t);
 }
 
 /*
@@ -70,7 +67,7 @@ static inline lamp_status lamp_nn_bind_param(const char *layer, const lamp_param
   if (*w != NULL)
     return lamp_error(LAMP_ERR_INVALID_USAGE, "%s: %s is already bound (a layer belongs to one model, once)", layer,
                       d->name);
-  if (weight == NULL || grad == NULL || !lamp_nn_is_float(weight->dtype) || grad->dtype != LAMP_F32 ||
+  if (weight == NULL || grad == NULL || !lamp_dtype_is_float(weight->dtype) || grad->dtype != LAMP_F32 ||
       (d->keep_f32 && weight->dtype != LAMP_F32) || !lamp_nn_has_shape(weight, d->ndim, d->shape) ||
       !lamp_nn_has_shape(grad, d->ndim, d->shape))
     return lamp_error(LAMP_ERR_INVALID_ARG, "%s: %s needs a contiguous %sweight view and an f32 gradient view of its shape",

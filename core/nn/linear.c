@@ -66,7 +66,7 @@ static lamp_status check_input(const linear *l, const lamp_tensor *x, size_t *ro
   lamp_tensor_describe(x, what, sizeof what);
   lamp_status st = check_features(l, x->ndim, x->shape, what, rows);
   if (st != LAMP_OK) return st;
-  if (!lamp_nn_is_float(x->dtype) || !lamp_tensor_is_contiguous(x))
+  if (!lamp_dtype_is_float(x->dtype) || !lamp_tensor_is_contiguous(x))
     return lamp_error(LAMP_ERR_INVALID_ARG, "%s: input %s must be a contiguous f32, f16 or bf16 tensor",
                       name_of(l, name, sizeof name), what);
   return LAMP_OK;
@@ -76,7 +76,7 @@ static lamp_status check_input(const linear *l, const lamp_tensor *x, size_t *ro
 static lamp_status check_matrix(const linear *l, const lamp_tensor *t, const char *role, size_t rows,
                                 size_t cols) {
   char what[128], name[64];
-  if (lamp_nn_is_float(t->dtype) && lamp_tensor_is_contiguous(t) && t->ndim >= 1 &&
+  if (lamp_dtype_is_float(t->dtype) && lamp_tensor_is_contiguous(t) && t->ndim >= 1 &&
       (size_t)t->shape[0] == rows && lamp_tensor_numel(t) == rows * cols)
     return LAMP_OK;
   return lamp_error(LAMP_ERR_INVALID_ARG, "%s: %s %s, expected %zu x %zu contiguous floating-point values",

@@ -49,10 +49,6 @@ struct lamp_model {
   lamp_exec exec;        /* of the last forward */
 };
 
-static int is_float(lamp_dtype dtype) {
-  return dtype == LAMP_F32 || dtype == LAMP_F16 || dtype == LAMP_BF16;
-}
-
 lamp_status lamp_model_new(lamp_model **out, lamp_layer *root) {
   *out = NULL;
   if (root == NULL) return lamp_error(LAMP_ERR_INVALID_ARG, "model: the root layer is NULL");
@@ -107,7 +103,7 @@ static lamp_status check_config(const lamp_model_config *c) {
   const lamp_dtype dtypes[4] = {c->weight_dtype, c->compute_dtype, c->activation_dtype, c->grad_dtype};
   const char *roles[4] = {"weight", "compute", "activation", "gradient"};
   for (int i = 0; i < 4; i++)
-    if (!is_float(dtypes[i]))
+    if (!lamp_dtype_is_float(dtypes[i]))
       return lamp_error(LAMP_ERR_INVALID_ARG, "model: %s dtype %s is not f32, f16 or bf16", roles[i],
                         lamp_dtype_name(dtypes[i]));
   return LAMP_OK;

@@ -16,13 +16,9 @@ typedef struct relu {
   lamp_tensor *work; /* dy in y's dtype, only when the dtypes differ */
 } relu;
 
-static int is_float(lamp_dtype dtype) {
-  return dtype == LAMP_F32 || dtype == LAMP_F16 || dtype == LAMP_BF16;
-}
-
 static lamp_status check_like(const lamp_tensor *t, const char *role, size_t n) {
   char what[128];
-  if (is_float(t->dtype) && lamp_tensor_is_contiguous(t) && lamp_tensor_numel(t) == n) return LAMP_OK;
+  if (lamp_dtype_is_float(t->dtype) && lamp_tensor_is_contiguous(t) && lamp_tensor_numel(t) == n) return LAMP_OK;
   return lamp_error(LAMP_ERR_INVALID_ARG, "ReLU: %s %s, expected %zu contiguous floating-point values", role,
                     lamp_tensor_describe(t, what, sizeof what), n);
 }

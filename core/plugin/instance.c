@@ -257,7 +257,7 @@ const lamp_plugin_handle *lamp_precision_handle(const lamp_precision *p) {
   return p != NULL ? p->in.handle : NULL;
 }
 
-static int float_dtype(uint32_t d) { return d == LAMP_F32 || d == LAMP_F16 || d == LAMP_BF16; }
+static int float_dtype(uint32_t d) { return d < LAMP_DTYPE_COUNT && lamp_dtype_is_float((lamp_dtype)d); }
 
 static lamp_status check_policy(const lamp_precision *p, const lamp_precision_policy *pol) {
   const struct {

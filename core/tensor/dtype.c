@@ -38,3 +38,4 @@ int lamp_dtype_parse(const char *name, lamp_dtype *out) {
   return -1;
 }
 
+int lamp_dtype_is_float(lamp_dtype dtype) { return dtype == LAMP_F32 || dtype == LAMP_F16 || dtype == LAMP_BF16; }

@@ -8,6 +8,9 @@
 /* Bytes per element; 0 for an unknown dtype. */
 size_t lamp_dtype_size(lamp_dtype dtype);
 
+/* 1 for f32, f16 and bf16: the dtypes floating-point tensors, kernels and policies use. */
+int lamp_dtype_is_float(lamp_dtype dtype);
+
 /* "f32", "f16", "bf16", "i32", "u8"; "?" for an unknown dtype. */
 const char *lamp_dtype_name(lamp_dtype dtype);
 

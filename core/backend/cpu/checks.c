@@ -4,12 +4,8 @@
 #include "base/error.h"
 #include "tensor/dtype.h"
 
-int lamp_cpu_is_float(lamp_dtype dtype) {
-  return dtype == LAMP_F32 || dtype == LAMP_F16 || dtype == LAMP_BF16;
-}
-
 lamp_status lamp_cpu_check_float(const char *fn, const char *role, lamp_dtype dtype) {
-  if (lamp_cpu_is_float(dtype)) return LAMP_OK;
+  if (lamp_dtype_is_float(dtype)) return LAMP_OK;
   if (role == NULL) {
     return lamp_error(LAMP_ERR_UNSUPPORTED, "%s: dtype %s not supported (expected f32, f16 or bf16)",
                       fn, lamp_dtype_name(dtype));

@@ -84,9 +84,6 @@ lamp_status lamp_cpu_add_grad(float *g, const float *v, size_t n, lamp_dtype gra
 ** Argument checks (checks.c): each returns LAMP_OK or records the error
 ** ======================================================= */
 
-/* 1 for f32, f16 and bf16: the dtypes every floating-point kernel accepts. */
-int lamp_cpu_is_float(lamp_dtype dtype);
-
 /* "<fn>: dtype i32 not supported for <role> (expected f32, f16 or bf16)"; role may be NULL. */
 lamp_status lamp_cpu_check_float(const char *fn, const char *role, lamp_dtype dtype);
 
