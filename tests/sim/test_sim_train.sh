@@ -56,7 +56,7 @@ if command -v mpirun >/dev/null && [[ -f "$(dirname "$lamp")/plugins/comm/mpi.so
   for net in mlp resnet; do
     d="$tmp/mpi-$net"
     mkdir -p "$d"
-    "$src/scripts/lamp-run" -n 2 "$run" --net=$net --precision=bf16 --accum=2 --limit=256 --steps=6 \
+    LAMP_BIN="$lamp" "$src/scripts/lamp-run" -n 2 "$run" --net=$net --precision=bf16 --accum=2 --limit=256 --steps=6 \
       --save="$d/cpu.lamp" >"$d/cpu.log" 2>&1
     check "mpi-$net: 2 ranks on the cpu" $?
     LAMP_BIN="$lamp_sim" "$src/scripts/lamp-run" -n 2 "$run" --device=sim --net=$net --precision=bf16 --accum=2 \
