@@ -4,17 +4,16 @@
 ** real path, never unloaded). discover.c walks the search locations.
 **
 ** Validation order, each step with one message naming the path:
-**   not found -> writable by others -> dlopen error -> no entry symbol (or a newer one)
-**   -> entry returned NULL -> bad magic -> wrong kind -> ABI major -> table too small
-**   -> required member NULL -> bad parameter declarations.
-** The permission check comes before dlopen because dlopen already runs the file's code.
+**   not found -> not a regular file -> owner or mode unsafe (search.c) -> dlopen error
+**   -> no entry symbol (or a newer one) -> entry returned NULL -> bad magic -> wrong kind
+**   -> ABI major -> table too small -> required member NULL -> bad parameter declarations
+**   -> (loaded by name) another declared name.
+** The file checks come before dlopen because dlopen already runs the file's code (its
+** constructors), and they run on every load, cached or not.
 */
-#define _GNU_SOURCE /* dlinfo(RTLD_DI_LINKMAP): the path dlopen's own search found */
-
 #include <dlfcn.h>
 #include <errno.h>
 #include <limits.h>
-#include <link.h>
 #include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -332,16 +331,18 @@ static lamp_status adopt(const char *path, const char *real, void *dl, lamp_kind
   return st;
 }
 
-/* A readable file: cached, or checked, opened and validated. */
+/* A readable file: checked, then cached, or opened and validated. The check runs for a cached
+   plugin too, so that the override's warning comes with every load. */
 static lamp_status load_file(const char *path, lamp_kind expected, loaded_plugin **out) {
   char real[PATH_MAX];
   if (realpath(path, real) == NULL)
     return lamp_error(LAMP_ERR_INVALID_USAGE, "cannot load plugin %s: %s", path, strerror(errno));
+  lamp_status st = lamp_plugin_check_file(path, real);
+  if (st != LAMP_OK) return st;
   loaded_plugin *lp = find_loaded(real);
   if (lp != NULL) return reuse(path, lp, expected, out);
-  lamp_status st = lamp_plugin_check_permissions(path);
   void *dl = NULL;
-  if (st == LAMP_OK) st = open_library(path, real, &dl);
+  st = open_library(path, real, &dl);
   if (st == LAMP_OK) st = adopt(path, real, dl, expected, out);
   return st;
 }
@@ -351,33 +352,14 @@ static lamp_status not_found(lamp_kind kind, const char *name, const char *tried
                     lamp_kind_name(kind), name, tried);
 }
 
-/* The real path of a library dlopen found on its own search path. */
-static int library_path(void *dl, char *real) {
-  struct link_map *map = NULL;
-  if (dlinfo(dl, RTLD_DI_LINKMAP, &map) != 0 || map == NULL || map->l_name == NULL) return 0;
-  return realpath(map->l_name, real) != NULL;
-}
-
-/* The last candidate: dlopen's own search (LD_LIBRARY_PATH, the ld.so cache). Here "not
-   found" cannot be told from "failed" without reading dlerror, so it is reported as not found
-   and the dlerror goes to the debug log. The permission rule is applied after the fact. */
-static lamp_status load_bare(lamp_kind kind, const char *name, const char *soname,
-                             const char *tried, loaded_plugin **out) {
-  dlerror();
-  void *dl = dlopen(soname, RTLD_NOW | RTLD_LOCAL);
-  if (dl == NULL) {
-    lamp_log(LAMP_LOG_DEBUG, "plugin", "dlopen(%s): %s", soname, dl_message(soname));
-    return not_found(kind, name, tried);
-  }
-  char real[PATH_MAX];
-  if (!library_path(dl, real)) snprintf(real, sizeof real, "%s", soname);
-  loaded_plugin *lp = find_loaded(real);
-  lamp_status st = lp != NULL ? reuse(real, lp, kind, out) : lamp_plugin_check_permissions(real);
-  if (lp != NULL || st != LAMP_OK) {
-    dlclose(dl); /* a second reference to a cached library, or a refused one */
-    return st;
-  }
-  return adopt(real, real, dl, kind, out);
+/* A name reaches every file an entry without '?' names, and any file that happens to be called
+   NAME.so: only the plugin's own declaration says it is the one asked for. */
+static lamp_status check_declared_name(const char *path, lamp_kind kind, const char *name,
+                                       const loaded_plugin *lp) {
+  const char *declared = lp->handle.desc->name;
+  if (strcmp(declared, name) == 0) return LAMP_OK;
+  return lamp_error(LAMP_ERR_INVALID_USAGE, "%s: asked for %s '%s', the plugin declares itself '%s'",
+                    path, lamp_kind_name(kind), name, declared);
 }
 
 static lamp_status load_named(lamp_kind kind, const char *name, loaded_plugin **out) {
@@ -385,9 +367,10 @@ static lamp_status load_named(lamp_kind kind, const char *name, loaded_plugin **
   char tried[LAMP_ERROR_MAX];
   int found = lamp_plugin_search(kind, name, path, sizeof path, tried, sizeof tried);
   if (found < 0) return LAMP_ERR_SYSTEM;
-  if (found) return load_file(path, kind, out);
-  if (path[0] == '\0') return not_found(kind, name, tried);
-  return load_bare(kind, name, path, tried, out);
+  if (!found) return not_found(kind, name, tried);
+  lamp_status st = load_file(path, kind, out);
+  if (st == LAMP_OK && strchr(name, '/') == NULL) st = check_declared_name(path, kind, name, *out);
+  return st;
 }
 
 /* }====================================================== */

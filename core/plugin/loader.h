@@ -6,11 +6,12 @@
 **   1. LAMP_PLUGIN_PATH: ';'-separated templates in which '?' stands for N and '!' for the kind
 **      folder ("precision", "comm", "optim"); e.g. "/opt/lamp/!/?.so;./?.so";
 **   2. the build/install plugin directory: <LAMP_PLUGIN_DIR>/<kind>/N.so;
-**   3. a bare dlopen("lamp-<kind>-N.so"), so LD_LIBRARY_PATH still works.
-** An empty element of LAMP_PLUGIN_PATH (";;") stands for step 2, which then is not repeated.
-** A plugin file, or the directory it is in, that others may write is refused (checked before
-** dlopen, which already runs the file's code). Loaded plugins are cached by real path and
-** never unloaded during the run.
+** and nowhere else (never dlopen's own search). An empty element of LAMP_PLUGIN_PATH (";;")
+** stands for step 2, which then is not repeated. A plugin found by name must declare N and K.
+** Before dlopen, which already runs the file's code, the file must be a regular file and it
+** and every directory above it owned by root or the running user and writable by no one else
+** (LAMP_PLUGIN_UNSAFE_PATHS=1 turns that refusal into a warning, for development). Loaded
+** plugins are cached by real path and never unloaded during the run.
 */
 #ifndef LAMP_PLUGIN_LOADER_H
 #define LAMP_PLUGIN_LOADER_H
@@ -103,24 +104,26 @@ int lamp_plugin_expand(const char *template_, lamp_kind kind, const char *name, 
 
 /*
 ** Finds the file for name of kind: the first readable candidate goes to `path` and 1 is
-** returned. With none readable, returns 0; `tried` then lists every candidate, each on its own
-** line indented by two spaces, and `path` holds the bare soname left to try with dlopen's own
-** search ("lamp-comm-single.so"), or "" for a name containing '/' (the name is the only
+** returned. With none readable, returns 0 with `path` ""; `tried` lists every candidate either
+** way, each on its own line indented by two spaces (a name containing '/' is its only
 ** candidate). Returns -1 (with lamp_last_error) when out of memory.
 */
 int lamp_plugin_search(lamp_kind kind, const char *name, char *path, size_t path_size,
                        char *tried, size_t tried_size);
 
-/* "<path>: refusing a plugin ..." unless neither the file nor its directory is writable by
-   others (S_IWOTH, sticky or not). LAMP_OK or LAMP_ERR_INVALID_USAGE. */
-lamp_status lamp_plugin_check_permissions(const char *path);
+/* Whether the file at `path` (its real path `real`) may be opened: a regular file, and it and
+   every directory above it (and above the directory `path` names, when a link leads elsewhere)
+   owned by root or the running user and writable by neither group nor others.
+   "<path>: refusing a plugin ..." (LAMP_ERR_INVALID_USAGE) naming what is unsafe and the fix;
+   LAMP_PLUGIN_UNSAFE_PATHS (set, not "0") turns an owner or mode refusal into a warning. */
+lamp_status lamp_plugin_check_file(const char *path, const char *real);
 
 /* The loader's lock (not recursive): held around every use of the calls below. */
 void lamp_plugin_lock(void);
 void lamp_plugin_unlock(void);
 
-/* A readable file: from the cache, or checked, opened and validated (expected 0: any kind).
-   Logs nothing. */
+/* A readable file: checked, then from the cache or opened and validated (expected 0: any
+   kind). Logs nothing but the LAMP_PLUGIN_UNSAFE_PATHS warning. */
 lamp_status lamp_plugin_load_file(const char *path, lamp_kind expected,
                                   const lamp_plugin_handle **out);
 

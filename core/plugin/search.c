@@ -1,8 +1,12 @@
 /*
 ** Name resolution for plugins: the kind names, the search path and its templates, the
-** candidate walk, and the shared-machine safety rule on file permissions.
+** candidate walk, and the rule on which files may be opened at all (a regular file that only
+** root or the running user can have put there).
 */
 #include <errno.h>
+#include <limits.h>
+#include <pthread.h>
+#include <pwd.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -10,6 +14,8 @@
 #include <unistd.h>
 
 #include "base/error.h"
+#include "base/file_kind.h"
+#include "base/log.h"
 #include "plugin/loader.h"
 
 #ifndef LAMP_PLUGIN_DIR_DEFAULT
@@ -145,11 +151,11 @@ int lamp_plugin_expand(const char *template_, lamp_kind kind, const char *name, 
 ** =======================================================
 */
 
-/* Appends "\n  <path><note>" (no newline before the first); truncation is acceptable. */
-static void add_tried(char *tried, size_t size, const char *path, const char *note) {
+/* Appends "\n  <path>" (no newline before the first); truncation is acceptable. */
+static void add_tried(char *tried, size_t size, const char *path) {
   size_t used = strlen(tried);
   if (used + 1 >= size) return;
-  snprintf(tried + used, size - used, "%s  %s%s", used > 0 ? "\n" : "", path, note);
+  snprintf(tried + used, size - used, "%s  %s", used > 0 ? "\n" : "", path);
 }
 
 static int readable(const char *path) { return access(path, R_OK) == 0; }
@@ -166,37 +172,161 @@ static int search_templates(const char *search_path, lamp_kind kind, const char 
   const char *cursor = search_path;
   while (lamp_plugin_next_template(&cursor, template_, sizeof template_)) {
     if (!lamp_plugin_expand(template_, kind, name, candidate, sizeof candidate)) continue;
-    add_tried(tried, tried_size, candidate, "");
+    add_tried(tried, tried_size, candidate);
     if (readable(candidate) && copy_path(path, path_size, candidate)) return 1;
   }
   return 0;
 }
 
+/* No step hands a bare name to dlopen: its own search (LD_LIBRARY_PATH, the ld.so cache) would
+   run the library's constructors before any check could look at the file. */
 int lamp_plugin_search(lamp_kind kind, const char *name, char *path, size_t path_size, char *tried,
                        size_t tried_size) {
   tried[0] = '\0';
   path[0] = '\0';
   if (strchr(name, '/') != NULL) {
-    add_tried(tried, tried_size, name, "");
+    add_tried(tried, tried_size, name);
     return readable(name) && copy_path(path, path_size, name);
   }
   char *search_path = lamp_plugin_search_path();
   if (search_path == NULL) return -1;
   int found = search_templates(search_path, kind, name, path, path_size, tried, tried_size);
   free(search_path);
-  if (found) return 1;
-  snprintf(path, path_size, "lamp-%s-%s.so", lamp_kind_name(kind), name);
-  add_tried(tried, tried_size, path, " (dlopen search path)");
-  return 0;
+  if (!found) path[0] = '\0';
+  return found;
 }
 
 /* }====================================================== */
 
 /*
 ** {======================================================
-** Permissions: on a shared machine, a plugin anyone can replace is anyone's code
+** Permissions: on a shared machine, a plugin anyone else can replace is anyone's code
 ** =======================================================
 */
+
+/* OpenSSH's StrictModes: the file and every directory above it belong to root or to the running
+   user, and neither group nor others may write them. Write access anywhere on the chain lets
+   its holder rename what lies below and put their own tree in its place. A sticky directory
+   such as /tmp only stops renaming others' entries; anyone can still create one first. */
+
+typedef struct unsafe_reason {
+  char what[PATH_MAX + 256]; /* "file writable by ... (owner u, mode 0666)" */
+  char fix[PATH_MAX + 64];   /* "fix with chmod go-w PATH" */
+} unsafe_reason;
+
+static void user_name(uid_t uid, char *out, size_t size) {
+  struct passwd pw;
+  struct passwd *found = NULL;
+  char buf[1024];
+  if (getpwuid_r(uid, &pw, buf, sizeof buf, &found) == 0 && found != NULL)
+    snprintf(out, size, "%s", found->pw_name);
+  else
+    snprintf(out, size, "%u", (unsigned)uid);
+}
+
+/* "its group", "others" or both, with the chmod letters that fix it. */
+static const char *writers(mode_t mode, const char **letters) {
+  int group = (mode & S_IWGRP) != 0;
+  int other = (mode & S_IWOTH) != 0;
+  *letters = group && other ? "go" : group ? "g" : "o";
+  return group && other ? "its group and others" : group ? "its group" : "others";
+}
+
+/* "(<dir>, owner alice, mode 0755" for a directory, "(owner alice, mode 0644" for the file:
+   the parenthesis stays open for the owner rule to add whom lamp runs as. */
+static void details(const char *path, const struct stat *st, int is_file, char *out,
+                    size_t size) {
+  char owner[64];
+  user_name(st->st_uid, owner, sizeof owner);
+  snprintf(out, size, "(%s%sowner %s, mode %04o", is_file ? "" : path, is_file ? "" : ", ", owner,
+           (unsigned)(st->st_mode & 07777));
+}
+
+static int foreign_owner(const char *path, const struct stat *st, int is_file,
+                         unsafe_reason *r) {
+  uid_t me = geteuid();
+  if (st->st_uid == 0 || st->st_uid == me) return 0;
+  char running[64];
+  char said[PATH_MAX + 128];
+  user_name(me, running, sizeof running);
+  details(path, st, is_file, said, sizeof said);
+  snprintf(r->what, sizeof r->what, "%s owned by another user %s; running as %s)",
+           is_file ? "file" : "in a directory", said, running);
+  snprintf(r->fix, sizeof r->fix, "fix with chown %s %s", running, path);
+  return 1;
+}
+
+/* A sticky directory writable by others is shared on purpose (/tmp): the fix is to leave it. */
+static int writable_by_others(const char *path, const struct stat *st, int is_file,
+                              unsafe_reason *r) {
+  if ((st->st_mode & (S_IWGRP | S_IWOTH)) == 0) return 0;
+  const char *letters;
+  const char *who = writers(st->st_mode, &letters);
+  char said[PATH_MAX + 128];
+  details(path, st, is_file, said, sizeof said);
+  snprintf(r->what, sizeof r->what, "%s writable by %s %s)", is_file ? "file" : "in a directory",
+           who, said);
+  if (!is_file && (st->st_mode & S_ISVTX) != 0 && (st->st_mode & S_IWOTH) != 0)
+    snprintf(r->fix, sizeof r->fix, "fix by moving the plugin out of this shared sticky directory");
+  else
+    snprintf(r->fix, sizeof r->fix, "fix with chmod %s-w %s", letters, path);
+  return 1;
+}
+
+/* 1 with the reason when `path` (the plugin file when is_file, else a directory above it) is
+   unsafe; the owner is judged first. */
+static int unsafe(const char *path, const struct stat *st, int is_file, unsafe_reason *r) {
+  return foreign_owner(path, st, is_file, r) || writable_by_others(path, st, is_file, r);
+}
+
+/*
+** The lamp tree: the folder holding the plugin folder lamp was built with (the build folder, or
+** an installation's lib/lamp), without symbolic links; "" when it cannot be resolved. Folders
+** above it are exactly as trusted as the lamp executable and the core's plugins inside it:
+** whoever can replace one of them can replace lamp itself, plugin check or not. So a plugin inside
+** the tree is checked up to the tree's top, any other plugin up to "/"; and a checkout under a
+** shared folder keeps loading its own plugins.
+*/
+static char tree[PATH_MAX];
+static pthread_once_t tree_once = PTHREAD_ONCE_INIT;
+
+static void find_tree(void) {
+  char plugins[PATH_MAX];
+  if (realpath(LAMP_PLUGIN_DIR_DEFAULT, plugins) == NULL) return;
+  char *slash = strrchr(plugins, '/');
+  if (slash != NULL && slash != plugins) *slash = '\0';
+  snprintf(tree, sizeof tree, "%s", plugins);
+}
+
+/* 1 when dir is the lamp tree or lies inside it. */
+static int in_tree(const char *dir) {
+  pthread_once(&tree_once, find_tree);
+  size_t n = strlen(tree);
+  return n > 1 && strncmp(dir, tree, n) == 0 && (dir[n] == '/' || dir[n] == '\0');
+}
+
+/* dir and every directory above it up to "/", or up to the lamp tree's top when dir lies inside
+   it (dir is absolute, without symbolic links). 1 with the reason, or with *err set when one
+   cannot be examined. */
+static int unsafe_chain(const char *plugin, const char *dir, unsafe_reason *r, lamp_status *err) {
+  char cur[PATH_MAX];
+  int stop_at_tree = in_tree(dir);
+  snprintf(cur, sizeof cur, "%s", dir);
+  for (;;) {
+    struct stat st;
+    if (stat(cur, &st) != 0) {
+      *err = lamp_error(LAMP_ERR_INVALID_USAGE, "%s: cannot stat its directory %s: %s", plugin,
+                        cur, strerror(errno));
+      return 1;
+    }
+    if (unsafe(cur, &st, 0, r)) return 1;
+    if (stop_at_tree && strcmp(cur, tree) == 0) return 0;
+    char *slash = strrchr(cur, '/');
+    if (slash == NULL || strcmp(cur, "/") == 0) return 0;
+    if (slash == cur) slash[1] = '\0';
+    else *slash = '\0';
+  }
+}
 
 static void parent_dir(const char *path, char *out, size_t size) {
   const char *slash = strrchr(path, '/');
@@ -208,42 +338,47 @@ static void parent_dir(const char *path, char *out, size_t size) {
   snprintf(out, size, "%.*s", (int)len, path);
 }
 
-static lamp_status check_dir(const char *plugin, const char *dir) {
-  struct stat st;
-  if (stat(dir, &st) != 0)
-    return lamp_error(LAMP_ERR_INVALID_USAGE, "%s: cannot stat its directory %s: %s", plugin, dir,
-                      strerror(errno));
-  if ((st.st_mode & S_IWOTH) == 0) return LAMP_OK;
-  return lamp_error(LAMP_ERR_INVALID_USAGE,
-                    "%s: refusing a plugin in a directory writable by others (%s, mode %04o); "
-                    "fix with chmod o-w %s",
-                    plugin, dir, (unsigned)(st.st_mode & 07777), dir);
+static int unsafe_paths_allowed(void) {
+  const char *v = getenv("LAMP_PLUGIN_UNSAFE_PATHS");
+  return v != NULL && v[0] != '\0' && strcmp(v, "0") != 0;
 }
 
-static lamp_status check_file(const char *plugin) {
-  struct stat st;
-  if (stat(plugin, &st) != 0)
-    return lamp_error(LAMP_ERR_INVALID_USAGE, "%s: cannot stat: %s", plugin, strerror(errno));
-  if ((st.st_mode & S_IWOTH) == 0) return LAMP_OK;
-  return lamp_error(LAMP_ERR_INVALID_USAGE,
-                    "%s: refusing a plugin file writable by others (mode %04o); "
-                    "fix with chmod o-w %s",
-                    plugin, (unsigned)(st.st_mode & 07777), plugin);
-}
-
-/* The file (stat follows links to the real one), the directory it was named in, and the
-   directory it really lives in. */
-lamp_status lamp_plugin_check_permissions(const char *path) {
+/* The file itself (real has no links left), the chain above it, and the chain above the
+   directory the plugin was named in when a link led elsewhere: whoever can replace the link
+   chooses the code. 1 with the reason, or with *err set when something could not be read. */
+static int unsafe_plugin(const char *path, const char *real, const struct stat *st,
+                         unsafe_reason *r, lamp_status *err) {
   char dir[PATH_MAX];
-  char real[PATH_MAX];
-  char real_dir[PATH_MAX];
-  lamp_status st = check_file(path);
-  if (st != LAMP_OK) return st;
-  parent_dir(path, dir, sizeof dir);
-  st = check_dir(path, dir);
-  if (st != LAMP_OK || realpath(path, real) == NULL) return st;
-  parent_dir(real, real_dir, sizeof real_dir);
-  return strcmp(real_dir, dir) == 0 ? LAMP_OK : check_dir(path, real_dir);
+  char named[PATH_MAX];
+  char named_real[PATH_MAX];
+  if (unsafe(path, st, 1, r)) return 1;
+  parent_dir(real, dir, sizeof dir);
+  if (unsafe_chain(path, dir, r, err)) return 1;
+  parent_dir(path, named, sizeof named);
+  if (realpath(named, named_real) == NULL) {
+    *err = lamp_error(LAMP_ERR_INVALID_USAGE, "%s: cannot resolve its directory %s: %s", path,
+                      named, strerror(errno));
+    return 1;
+  }
+  return strcmp(named_real, dir) != 0 && unsafe_chain(path, named_real, r, err);
+}
+
+lamp_status lamp_plugin_check_file(const char *path, const char *real) {
+  struct stat st;
+  if (lstat(real, &st) != 0)
+    return lamp_error(LAMP_ERR_INVALID_USAGE, "cannot load plugin %s: %s", path, strerror(errno));
+  if (!S_ISREG(st.st_mode))
+    return lamp_error(LAMP_ERR_INVALID_USAGE,
+                      "%s: refusing a plugin that is not a regular file (%s)", path,
+                      lamp_file_kind(st.st_mode) ? lamp_file_kind(st.st_mode) : "a kind lamp does not know");
+  unsafe_reason r;
+  lamp_status err = LAMP_OK;
+  if (!unsafe_plugin(path, real, &st, &r, &err) || err != LAMP_OK) return err;
+  if (!unsafe_paths_allowed())
+    return lamp_error(LAMP_ERR_INVALID_USAGE, "%s: refusing a plugin %s; %s", path, r.what, r.fix);
+  lamp_log(LAMP_LOG_WARN, NULL,
+           "%s: loading a plugin %s because LAMP_PLUGIN_UNSAFE_PATHS is set", path, r.what);
+  return LAMP_OK;
 }
 
 /* }====================================================== */

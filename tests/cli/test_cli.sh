@@ -65,8 +65,8 @@ contains "a missing data set names the path and the package" "$out" \
 
 out=$("$lamp" scripts/fmnist_mlp.lua --optim=nosuch 2>&1); check "an unknown plugin exits 1" $(( $? == 1 ? 0 : 1 ))
 contains "an unknown plugin lists every candidate" "$out" "optim plugin 'nosuch' not found; tried:
-  $(dirname "$lamp")/plugins/optim/nosuch.so
-  lamp-optim-nosuch.so (dlopen search path)"
+  $(dirname "$lamp")/plugins/optim/nosuch.so"
+[[ "$out" != *lamp-optim-nosuch.so* ]]; check "a bare plugin name never reaches dlopen's own search (got: $out)" $?
 
 out=$("$lamp" scripts/fmnist_mlp.lua --epoch=2 2>&1); check "an unknown script argument exits 1" $(( $? == 1 ? 0 : 1 ))
 contains "an unknown script argument lists the valid ones" "$out" "unknown argument --epoch; valid arguments: --accum, --batch, --bucket_mb, --clip, --comm, --compress, --data, --device, --epochs"
@@ -82,14 +82,51 @@ for so in "$(dirname "$lamp")"/plugins/*/*.so; do
 done
 
 # A stranger's plugin: built from the public headers alone with a bare compiler, then used by path.
+# It lives beside the build (a plugin in a directory anyone else can write, such as /tmp, is
+# refused; the build folder and those above it must be safe for the built plugins anyway).
+plugdir=$(mktemp -d "$(dirname "$lamp")/cli-plugins.XXXXXX")
+trap 'rm -rf "$tmp" "$plugdir"' EXIT
 cc -std=c11 -Wall -Wextra -Werror -O2 -fPIC -shared -fvisibility=hidden -I "$src/core/include" \
-  "$src/tests/cli/example_plugin/plain_sgd.c" -o "$tmp/plain_sgd.so"
+  "$src/tests/cli/example_plugin/plain_sgd.c" -o "$plugdir/plain_sgd.so"
 check "the example plugin builds against core/include alone" $?
-out=$("$lamp" plugin-info "$tmp/plain_sgd.so"); check "plugin-info reads the example plugin" $?
+out=$("$lamp" plugin-info "$plugdir/plain_sgd.so"); check "plugin-info reads the example plugin" $?
 contains "plugin-info shows the example's name" "$out" "name        plain_sgd"
-out=$("$lamp" "$src/tests/cli/example_plugin/train_with.lua" "$tmp/plain_sgd.so" 2>&1)
+out=$("$lamp" "$src/tests/cli/example_plugin/train_with.lua" "$plugdir/plain_sgd.so" 2>&1)
 check "training with the example plugin succeeds" $?
-contains "the example plugin is announced" "$out" "optim: plain_sgd 0.1 (ABI 1.1) from $tmp/plain_sgd.so"
+contains "the example plugin is announced" "$out" "optim: plain_sgd 0.1 (ABI 1.1) from $plugdir/plain_sgd.so"
+
+# Loaded by name, a plugin must declare that name: a search-path entry without '?' reaches
+# every name.
+printf 'local lamp = require "lamp"\nlamp.optim("adam")\n' > "$tmp/adam.lua"
+out=$(LAMP_PLUGIN_PATH="$plugdir/plain_sgd.so" "$lamp" "$tmp/adam.lua" 2>&1)
+check "a plugin declaring another name exits 1" $(( $? == 1 ? 0 : 1 ))
+contains "a plugin declaring another name is named" "$out" \
+  "$plugdir/plain_sgd.so: asked for optim 'adam', the plugin declares itself 'plain_sgd'"
+
+# Not a regular file: refused at once, not opened (a FIFO would block the reader forever).
+mkfifo "$plugdir/pipe.so"
+out=$(timeout 20 "$lamp" plugin-info "$plugdir/pipe.so" 2>&1)
+check "plugin-info on a FIFO exits 1 without blocking" $(( $? == 1 ? 0 : 1 ))
+contains "plugin-info names the FIFO" "$out" \
+  "lamp plugin-info: $plugdir/pipe.so: refusing a plugin that is not a regular file (a FIFO)"
+rm -f "$plugdir/pipe.so"
+
+# /tmp is shared (sticky, writable by everyone): a plugin there is refused, by path and in the
+# listing, unless LAMP_PLUGIN_UNSAFE_PATHS says otherwise, with a warning each time.
+if [[ "$(stat -L -c %a /tmp)" == 1777 ]]; then
+  shared=$(mktemp -d /tmp/lamp-cli.XXXXXX)
+  trap 'rm -rf "$tmp" "$plugdir" "$shared"' EXIT
+  cp "$plugdir/plain_sgd.so" "$shared/"
+  refusal="$shared/plain_sgd.so: refusing a plugin in a directory writable by its group and others ($(realpath /tmp), owner $(stat -L -c %U /tmp), mode 1777); fix by moving the plugin out of this shared sticky directory"
+  out=$("$lamp" plugin-info "$shared/plain_sgd.so" 2>&1); check "plugin-info in /tmp exits 1" $(( $? == 1 ? 0 : 1 ))
+  contains "plugin-info in /tmp says why and what to do" "$out" "lamp plugin-info: $refusal"
+  out=$(LAMP_PLUGIN_PATH="$shared/?.so" "$lamp" plugins 2>&1); check "plugins with a refused plugin exits 1" $(( $? == 1 ? 0 : 1 ))
+  contains "plugins lists the refused plugin with the reason" "$out" "error: $refusal"
+  contains "plugins still lists the safe ones" "$out" "optim      sgd"
+  out=$(LAMP_PLUGIN_UNSAFE_PATHS=1 "$lamp" plugin-info "$shared/plain_sgd.so" 2>&1)
+  check "LAMP_PLUGIN_UNSAFE_PATHS=1 loads it" $?
+  contains "LAMP_PLUGIN_UNSAFE_PATHS=1 warns" "$out" "warning: $shared/plain_sgd.so: loading a plugin in a directory writable by its group and others ($(realpath /tmp), owner $(stat -L -c %U /tmp), mode 1777) because LAMP_PLUGIN_UNSAFE_PATHS is set"
+fi
 
 echo "cli: $passed passed, $failed failed"
 [[ $failed -eq 0 ]]
