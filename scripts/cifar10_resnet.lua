@@ -36,7 +36,7 @@ local train = lamp.data.cifar10(args.data, "train")
 local test = lamp.data.cifar10(args.data, "test")
 train:normalize { mean = MEAN, std = STD }
 test:normalize { mean = MEAN, std = STD }
-if args.limit > 0 then train = train:subset(1, math.min(args.limit, train:size())) end
+train = training.limit(train, args.limit)
 
 local loader = lamp.data.loader(train, {
   batch = training.rank_batch(args.batch, comm), shuffle = true, drop_last = true, seed = args.seed, comm = comm,

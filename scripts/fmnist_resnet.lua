@@ -30,7 +30,7 @@ local optim = training.optimizer(lamp, args)
 
 local train = lamp.data.idx(args.data, "train")
 local test = lamp.data.idx(args.data, "t10k")
-if args.limit > 0 then train = train:subset(1, math.min(args.limit, train:size())) end
+train = training.limit(train, args.limit)
 local loader = lamp.data.loader(train, { batch = training.rank_batch(args.batch, comm), shuffle = true, drop_last = true,
                                          seed = args.seed, comm = comm })
 local test_loader = lamp.data.loader(test, { batch = 500 })

@@ -8,6 +8,7 @@
 package.path = arg[0]:gsub("[^/]*$", "") .. "lib/?.lua;" .. package.path
 local lamp = require "lamp"
 local resnet = require "resnet"
+local training = require "training"
 local nn = lamp.nn
 
 local args = lamp.parse_args(arg, { epochs = 1, resnet_epochs = 1, batch = 128, seed = 0, hidden = "1024,1024",
@@ -20,7 +21,7 @@ local function list(spec)
 end
 
 local train = lamp.data.idx("fashion-mnist", "train")
-if args.limit > 0 then train = train:subset(1, math.min(args.limit, train:size())) end
+train = training.limit(train, args.limit)
 local test = lamp.data.idx("fashion-mnist", "t10k")
 local comm = lamp.comm("single")
 

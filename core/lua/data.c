@@ -63,8 +63,7 @@ static int dataset_subset(lua_State *L) {
   lua_Integer count = luaL_checkinteger(L, 3);
   lua_Integer size = (lua_Integer)lamp_dataset_size(ds);
   if (first < 1 || count < 1 || first > size || count > size - first + 1)
-    return luaL_error(L, "Dataset:subset: samples %d to %d are outside 1 to %d", (int)first,
-                      (int)(first + count - 1), (int)size);
+    return luaL_error(L, "Dataset:subset: %I samples from sample %I do not fit in samples 1 to %I", count, first, size);
   lamp_dataset *sub;
   lampL_check(L, lamp_dataset_subset(&sub, ds, (size_t)(first - 1), (size_t)count));
   lampL_pushbox(L, LAMP_DATASET_CLASS, sub, 0);
@@ -173,7 +172,7 @@ static void read_augment(lua_State *L, int opts, lamp_augment *a) {
     lampL_check_fields(L, t, "data.loader augment", augment_fields);
     lua_Integer pad = lampL_optfield_integer(L, t, "data.loader augment", "crop_pad", 0);
     if (pad < 0 || pad > LAMP_AUGMENT_MAX_PAD)
-      luaL_error(L, "data.loader: augment 'crop_pad' must be in [0, %d], got %d", LAMP_AUGMENT_MAX_PAD, (int)pad);
+      luaL_error(L, "data.loader: augment 'crop_pad' must be in [0, %d], got %I", LAMP_AUGMENT_MAX_PAD, pad);
     a->crop_pad = (int)pad;
     a->flip = lampL_optfield_boolean(L, t, "data.loader augment", "flip", 0);
   }
@@ -188,11 +187,11 @@ static int data_loader(lua_State *L) {
   lampL_check_fields(L, 2, "data.loader", loader_fields);
   lamp_loader_config cfg = {0};
   lua_Integer batch = lampL_optfield_integer(L, 2, "data.loader", "batch", 128);
-  if (batch <= 0) return luaL_error(L, "data.loader: 'batch' must be positive, got %d", (int)batch);
+  if (batch <= 0) return luaL_error(L, "data.loader: 'batch' must be positive, got %I", batch);
   cfg.batch = (size_t)batch;
   cfg.shuffle = lampL_optfield_boolean(L, 2, "data.loader", "shuffle", 0);
   cfg.drop_last = lampL_optfield_boolean(L, 2, "data.loader", "drop_last", 0);
-  cfg.seed = (uint64_t)lampL_optfield_integer(L, 2, "data.loader", "seed", 0);
+  cfg.seed = (uint64_t)lampL_optfield_range(L, 2, "data.loader", "seed", 0, 0, LUA_MAXINTEGER);
   cfg.rank = 0;
   cfg.world = 1;
   lua_getfield(L, 2, "comm");
@@ -246,7 +245,7 @@ static int loader_samples(lua_State *L) {
 static int loader_start(lua_State *L) {
   lamp_loader *l = lampL_checkobject(L, 1, LAMP_LOADER_CLASS);
   lua_Integer epoch = luaL_optinteger(L, 2, 0);
-  if (epoch < 0) return luaL_error(L, "Loader:start: epoch must be >= 0, got %d", (int)epoch);
+  if (epoch < 0) return luaL_error(L, "Loader:start: epoch must be >= 0, got %I", epoch);
   lampL_check(L, lamp_loader_start_epoch(l, (uint64_t)epoch));
   return 0;
 }
@@ -308,7 +307,7 @@ static int loader_seek(lua_State *L) {
   lamp_loader *l = lampL_checkobject(L, 1, LAMP_LOADER_CLASS);
   lua_Integer epoch = luaL_checkinteger(L, 2), next_batch = luaL_checkinteger(L, 3);
   if (epoch < 0 || next_batch < 0)
-    return luaL_error(L, "Loader:seek: epoch and next_batch must be >= 0, got %d and %d", (int)epoch, (int)next_batch);
+    return luaL_error(L, "Loader:seek: epoch and next_batch must be >= 0, got %I and %I", epoch, next_batch);
   lampL_check(L, lamp_loader_seek(l, (uint64_t)epoch, (size_t)next_batch));
   return 0;
 }

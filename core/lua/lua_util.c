@@ -1,5 +1,8 @@
 #include "lua/lua_util.h"
 
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "base/error.h"
@@ -53,29 +56,91 @@ void *lampL_testobject(lua_State *L, int idx, const char *tname) {
   return box != NULL ? box->ptr : NULL;
 }
 
-size_t lampL_options(lua_State *L, int idx, const char *what, lamp_option *opts, size_t max) {
+/*
+** A parameter whose range is [0, 1] and whose default is 0 or 1 is a flag (amsgrad, nesterov,
+** dynamic, master_weights): it takes true/false as well as 0/1. Every other parameter wants a
+** number, and a boolean there is refused rather than read as 0 or 1 (`lr = true` is a mistake).
+*/
+static int is_flag(const lamp_param *p) {
+  return p->min_value == 0.0 && p->max_value == 1.0 && (p->default_value == 0.0 || p->default_value == 1.0);
+}
+
+static const lamp_param *find_param(const lamp_plugin *desc, const char *name) {
+  for (uint32_t i = 0; i < desc->n_params; i++)
+    if (strcmp(desc->params[i].name, name) == 0) return &desc->params[i];
+  return NULL;
+}
+
+/* Raises the resolver's own "unknown option" message, so Lua and C users read the same words. */
+static void unknown_option(lua_State *L, const lamp_plugin *desc, const char *name) {
+  double *scratch = lua_newuserdatauv(L, (desc->n_params ? desc->n_params : 1) * sizeof *scratch, 0);
+  const lamp_option opt = {name, 0.0};
+  if (lamp_params_resolve(desc, &opt, 1, scratch) != LAMP_OK) lampL_error(L);
+  luaL_error(L, "%s: option '%s' is not known", desc->name, name); /* not reached: the name is unknown */
+}
+
+/* The value at the top of the stack as an option of parameter p; raises what it should be. */
+static double option_value(lua_State *L, const lamp_plugin *desc, const lamp_param *p) {
+  int type = lua_type(L, -1);
+  if (type == LUA_TNUMBER) return lua_tonumber(L, -1);
+  if (type == LUA_TBOOLEAN && is_flag(p)) return lua_toboolean(L, -1) ? 1.0 : 0.0;
+  char lo[32], hi[32];
+  snprintf(lo, sizeof lo, "%g", p->min_value);
+  snprintf(hi, sizeof hi, "%g", p->max_value);
+  if (is_flag(p))
+    luaL_error(L, "%s: option '%s' must be true, false, 0 or 1, got %s", desc->name, p->name, lampL_value_text(L, -1));
+  luaL_error(L, "%s: option '%s' must be a number in [%s, %s], got %s", desc->name, p->name, lo, hi,
+             lampL_value_text(L, -1));
+  return 0.0;
+}
+
+size_t lampL_options(lua_State *L, int idx, const lamp_plugin *desc, lamp_option *opts, size_t max) {
   size_t n = 0;
   if (lua_isnoneornil(L, idx)) return 0;
   idx = lua_absindex(L, idx);
-  luaL_checktype(L, idx, LUA_TTABLE);
+  if (!lua_istable(L, idx))
+    luaL_error(L, "%s: options must be a table {name = value, ...}, got %s", desc->name, luaL_typename(L, idx));
   lua_pushnil(L);
   while (lua_next(L, idx) != 0) {
-    if (lua_type(L, -2) != LUA_TSTRING) luaL_error(L, "%s: option names must be strings", what);
+    if (lua_type(L, -2) != LUA_TSTRING)
+      luaL_error(L, "%s: option names must be strings, got %s", desc->name, lampL_value_text(L, -2));
     const char *name = lua_tostring(L, -2);
-    double value = 0.0;
-    if (lua_type(L, -1) == LUA_TBOOLEAN)
-      value = lua_toboolean(L, -1) ? 1.0 : 0.0;
-    else if (lua_type(L, -1) == LUA_TNUMBER)
-      value = lua_tonumber(L, -1);
-    else
-      luaL_error(L, "%s: option '%s' must be a number or a boolean, got %s", what, name, luaL_typename(L, -1));
-    if (n == max) luaL_error(L, "%s: more than %d options", what, (int)max);
+    const lamp_param *p = find_param(desc, name);
+    if (p == NULL) unknown_option(L, desc, name); /* before the type: `betas = {...}` is unknown, not mistyped */
+    double value = option_value(L, desc, p);
+    if (n == max) luaL_error(L, "%s: more than %d options", desc->name, (int)max);
     opts[n].name = name;
     opts[n].value = value;
     n++;
     lua_pop(L, 1);
   }
   return n;
+}
+
+const char *lampL_number_text(lua_Number v, char *buf, size_t size) {
+  /* An integral float (2^32 + 1 is one in Lua) reads best without a fraction or an exponent. */
+  if (v == floor(v) && fabs(v) < 1e17) {
+    snprintf(buf, size, "%.0f", v);
+    return buf;
+  }
+  for (int digits = 1; digits <= 17; digits++) { /* the shortest text that reads back as v */
+    snprintf(buf, size, "%.*g", digits, v);
+    if (strtod(buf, NULL) == v) return buf;
+  }
+  return buf; /* NaN and the infinities: nan, inf, -inf */
+}
+
+const char *lampL_value_text(lua_State *L, int idx) {
+  idx = lua_absindex(L, idx);
+  char buf[64];
+  switch (lua_type(L, idx)) {
+  case LUA_TNUMBER:
+    if (lua_isinteger(L, idx)) return lua_pushfstring(L, "%I", (LUAI_UACINT)lua_tointeger(L, idx));
+    return lua_pushstring(L, lampL_number_text(lua_tonumber(L, idx), buf, sizeof buf));
+  case LUA_TBOOLEAN: return lua_pushstring(L, lua_toboolean(L, idx) ? "true" : "false");
+  case LUA_TSTRING: return lua_pushfstring(L, "the string \"%s\"", lua_tostring(L, idx));
+  default: return lua_pushstring(L, luaL_typename(L, idx));
+  }
 }
 
 static int is_valid_field(const char *key, const char *const *valid) {
@@ -107,14 +172,39 @@ static int push_field(lua_State *L, int idx, const char *field) {
   return lua_getfield(L, idx, field);
 }
 
+/* Whether the number at idx is a whole number within [min, max], decided on the number as
+   given, before any conversion could wrap it. */
+static int integer_in(lua_State *L, int idx, lua_Integer min, lua_Integer max, lua_Integer *out) {
+  if (lua_type(L, idx) != LUA_TNUMBER) return 0;
+  if (lua_isinteger(L, idx)) {
+    lua_Integer v = lua_tointeger(L, idx);
+    *out = v;
+    return v >= min && v <= max;
+  }
+  lua_Number v = lua_tonumber(L, idx);
+  /* Both bounds as floats: min and max are at most 2^63 in magnitude, which a double holds
+     exactly except for 2^63 - 1, which rounds up to 2^63; "< 2^63" below keeps that edge out. */
+  if (!(v == floor(v)) || !(v >= (lua_Number)min) || !(v <= (lua_Number)max) || !(v < 9223372036854775808.0)) return 0;
+  *out = (lua_Integer)v;
+  return *out >= min && *out <= max;
+}
+
 lua_Integer lampL_optfield_integer(lua_State *L, int idx, const char *what, const char *field, lua_Integer def) {
   int type = push_field(L, idx, field);
   lua_Integer v = def;
-  if (type != LUA_TNIL) {
-    int ok;
-    v = lua_tointegerx(L, -1, &ok);
-    if (!ok) luaL_error(L, "%s: '%s' must be an integer, got %s", what, field, luaL_typename(L, -1));
-  }
+  if (type != LUA_TNIL && !integer_in(L, -1, LUA_MININTEGER, LUA_MAXINTEGER, &v))
+    luaL_error(L, "%s: '%s' must be an integer, got %s", what, field, lampL_value_text(L, -1));
+  lua_pop(L, 1);
+  return v;
+}
+
+lua_Integer lampL_optfield_range(lua_State *L, int idx, const char *what, const char *field, lua_Integer def,
+                                 lua_Integer min, lua_Integer max) {
+  int type = push_field(L, idx, field);
+  lua_Integer v = def;
+  if (type != LUA_TNIL && !integer_in(L, -1, min, max, &v))
+    luaL_error(L, "%s: '%s' must be an integer in [%I, %I], got %s", what, field, (LUAI_UACINT)min, (LUAI_UACINT)max,
+               lampL_value_text(L, -1));
   lua_pop(L, 1);
   return v;
 }
@@ -123,7 +213,7 @@ lua_Number lampL_optfield_number(lua_State *L, int idx, const char *what, const 
   int type = push_field(L, idx, field);
   lua_Number v = def;
   if (type != LUA_TNIL) {
-    if (type != LUA_TNUMBER) luaL_error(L, "%s: '%s' must be a number, got %s", what, field, luaL_typename(L, -1));
+    if (type != LUA_TNUMBER) luaL_error(L, "%s: '%s' must be a number, got %s", what, field, lampL_value_text(L, -1));
     v = lua_tonumber(L, -1);
   }
   lua_pop(L, 1);
@@ -134,7 +224,7 @@ int lampL_optfield_boolean(lua_State *L, int idx, const char *what, const char *
   int type = push_field(L, idx, field);
   int v = def;
   if (type != LUA_TNIL) {
-    if (type != LUA_TBOOLEAN) luaL_error(L, "%s: '%s' must be a boolean, got %s", what, field, luaL_typename(L, -1));
+    if (type != LUA_TBOOLEAN) luaL_error(L, "%s: '%s' must be a boolean, got %s", what, field, lampL_value_text(L, -1));
     v = lua_toboolean(L, -1);
   }
   lua_pop(L, 1);

@@ -52,19 +52,34 @@ void *lampL_checkobject(lua_State *L, int idx, const char *tname);
 void *lampL_testobject(lua_State *L, int idx, const char *tname);
 
 /*
-** Reads a table of name = number|boolean into opts (names point into the Lua strings, valid
-** while the table is on the stack). Raises on a non-string key, a value of another type, or
-** more than max entries. `what` names the call for messages.
+** Reads a table of name = value into opts for the plugin desc (names point into the Lua strings,
+** valid while the table is on the stack). Raises, with desc's name first: on a name desc does not
+** declare (listing the valid ones, whatever the value), on a boolean for a parameter that is not
+** a flag (range [0, 1], default 0 or 1), on a value neither number nor boolean, on a non-string
+** key, or on more than max entries. Ranges are lamp_params_resolve's to check.
 */
-size_t lampL_options(lua_State *L, int idx, const char *what, lamp_option *opts, size_t max);
+size_t lampL_options(lua_State *L, int idx, const lamp_plugin *desc, lamp_option *opts, size_t max);
+
+/* The value at idx as a user wrote it, for messages: 4294967297, 1.5, 1e+20, true, the string "x",
+   table. The text is pushed onto the stack (it stays there until the caller's error unwinds). */
+const char *lampL_value_text(lua_State *L, int idx);
+/* A number as its shortest exact text: integral values without a fraction (4294967297). */
+const char *lampL_number_text(lua_Number v, char *buf, size_t size);
 
 /* Raises "<what>: unknown field 'x'; valid fields: a, b, c" for any string key of the table at
    idx not in `valid` (NULL-terminated). */
 void lampL_check_fields(lua_State *L, int idx, const char *what, const char *const *valid);
 
-/* Field readers for configuration tables: the default when absent, a raised error naming
-   the field when the type is wrong. */
+/*
+** Field readers for configuration tables: the default when absent, a raised error naming the
+** field and showing the value given when the type is wrong. Numbers are judged as given, before
+** any narrowing: an integer field refuses 1.5, 1e20 and true; lampL_optfield_range also refuses
+** what lies outside [min, max] ("Trainer: 'accum' must be an integer in [1, 65536], got
+** 4294967297"), so the caller may narrow the result to any type that holds that range.
+*/
 lua_Integer lampL_optfield_integer(lua_State *L, int idx, const char *what, const char *field, lua_Integer def);
+lua_Integer lampL_optfield_range(lua_State *L, int idx, const char *what, const char *field, lua_Integer def,
+                                 lua_Integer min, lua_Integer max);
 lua_Number lampL_optfield_number(lua_State *L, int idx, const char *what, const char *field, lua_Number def);
 int lampL_optfield_boolean(lua_State *L, int idx, const char *what, const char *field, int def);
 

@@ -8,9 +8,11 @@
 
 static void push_layer(lua_State *L, lamp_layer *layer) { lampL_pushbox(L, LAMP_LAYER_CLASS, layer, 0); }
 
+/* A positive whole number, judged as given (1.5, true and 2^63 are refused, not converted). */
 static lua_Integer check_positive(lua_State *L, int arg, const char *what) {
-  lua_Integer v = luaL_checkinteger(L, arg);
-  if (v <= 0) luaL_error(L, "%s must be a positive integer, got %d", what, (int)v);
+  int ok = lua_type(L, arg) == LUA_TNUMBER;
+  lua_Integer v = ok ? lua_tointegerx(L, arg, &ok) : 0;
+  if (!ok || v <= 0) luaL_error(L, "%s must be a positive integer, got %s", what, lampL_value_text(L, arg));
   return v;
 }
 
@@ -63,7 +65,7 @@ static lua_Integer opt_count(lua_State *L, int arg, int has, const char *what, c
                              lua_Integer min) {
   if (!has) return def;
   lua_Integer v = lampL_optfield_integer(L, arg, what, field, def);
-  if (v < min) luaL_error(L, "%s: '%s' must be %s, got %d", what, field, min > 0 ? "positive" : "non-negative", (int)v);
+  if (v < min) luaL_error(L, "%s: '%s' must be %s, got %I", what, field, min > 0 ? "positive" : "non-negative", (LUAI_UACINT)v);
   return v;
 }
 
@@ -99,8 +101,10 @@ static int nn_batchnorm2d(lua_State *L) {
     o.momentum = lampL_optfield_number(L, 2, what, "momentum", 0.1);
     o.eps = lampL_optfield_number(L, 2, what, "eps", 1e-5);
     o.no_affine = !lampL_optfield_boolean(L, 2, what, "affine", 1);
-    if (!(o.momentum > 0 && o.momentum <= 1)) return luaL_error(L, "%s: 'momentum' must be in (0, 1], got %f", what, o.momentum);
-    if (!(o.eps > 0)) return luaL_error(L, "%s: 'eps' must be positive, got %f", what, o.eps);
+    char text[64];
+    if (!(o.momentum > 0 && o.momentum <= 1))
+      return luaL_error(L, "%s: 'momentum' must be in (0, 1], got %s", what, lampL_number_text(o.momentum, text, sizeof text));
+    if (!(o.eps > 0)) return luaL_error(L, "%s: 'eps' must be positive, got %s", what, lampL_number_text(o.eps, text, sizeof text));
   }
   lamp_layer *layer;
   lampL_check(L, lamp_batchnorm2d_new(&layer, c, &o));
@@ -144,10 +148,9 @@ static int nn_flatten(lua_State *L) {
 static int nn_dropout(lua_State *L) {
   lua_Number p = 0.5;
   if (!lua_isnoneornil(L, 1)) {
-    if (lua_type(L, 1) != LUA_TNUMBER)
-      return luaL_error(L, "nn.Dropout: p must be a number in [0, 1), got %s", luaL_typename(L, 1));
     p = lua_tonumber(L, 1);
-    if (!(p >= 0 && p < 1)) return luaL_error(L, "nn.Dropout: p must be a number in [0, 1), got %f", p);
+    if (lua_type(L, 1) != LUA_TNUMBER || !(p >= 0 && p < 1))
+      return luaL_error(L, "nn.Dropout: p must be a number in [0, 1), got %s", lampL_value_text(L, 1));
   }
   lamp_layer *layer;
   lampL_check(L, lamp_dropout_new(&layer, p));

@@ -1,5 +1,6 @@
 /* lamp.precision, lamp.comm, lamp.optim and lamp.plugins: plugin objects from Lua. */
 #include <stdlib.h>
+#include <string.h>
 
 #include "base/log.h"
 #include "lua/lua_util.h"
@@ -10,12 +11,20 @@
 
 typedef lamp_status (*open_fn)(void **out, const char *name, const lamp_option *opts, size_t n);
 
-static int open_plugin(lua_State *L, const char *what, const char *tname, open_fn open) {
+/*
+** The plugin is found before its options are read, so that they are judged against what it
+** declares (an unknown name first, whatever its value). "auto" is resolved here once and the
+** choice opened by its path, so the candidates are probed and logged once.
+*/
+static int open_plugin(lua_State *L, lamp_kind kind, const char *tname, open_fn open) {
   const char *name = luaL_checkstring(L, 1);
+  const lamp_plugin_handle *h;
+  int automatic = kind == LAMP_KIND_COMM && strcmp(name, "auto") == 0;
+  lampL_check(L, automatic ? lamp_plugin_select_auto(kind, &h) : lamp_plugin_load(kind, name, &h));
   lamp_option opts[MAX_OPTIONS];
-  size_t n = lampL_options(L, 2, what, opts, MAX_OPTIONS);
+  size_t n = lampL_options(L, 2, h->desc, opts, MAX_OPTIONS);
   void *obj;
-  lampL_check(L, open(&obj, name, opts, n));
+  lampL_check(L, open(&obj, automatic ? h->path : name, opts, n));
   lampL_pushbox(L, tname, obj, 0);
   return 1;
 }
@@ -30,14 +39,14 @@ static lamp_status open_optim(void **out, const char *name, const lamp_option *o
   return lamp_optim_open((lamp_optim **)out, name, opts, n);
 }
 
-static int lamp_precision_new(lua_State *L) { return open_plugin(L, "precision", LAMP_PRECISION_CLASS, open_precision); }
+static int lamp_precision_new(lua_State *L) { return open_plugin(L, LAMP_KIND_PRECISION, LAMP_PRECISION_CLASS, open_precision); }
 /* Opening a communicator tells the logger this process's rank: rank-0-only output starts here. */
 static int lamp_comm_new(lua_State *L) {
-  int n = open_plugin(L, "comm", LAMP_COMM_CLASS, open_comm);
+  int n = open_plugin(L, LAMP_KIND_COMM, LAMP_COMM_CLASS, open_comm);
   lamp_log_set_rank(lamp_comm_rank(lampL_checkobject(L, -1, LAMP_COMM_CLASS)));
   return n;
 }
-static int lamp_optim_new(lua_State *L) { return open_plugin(L, "optim", LAMP_OPTIM_CLASS, open_optim); }
+static int lamp_optim_new(lua_State *L) { return open_plugin(L, LAMP_KIND_OPTIM, LAMP_OPTIM_CLASS, open_optim); }
 
 static int precision_gc(lua_State *L) {
   lamp_precision_close(lampL_takebox(L, 1, LAMP_PRECISION_CLASS));

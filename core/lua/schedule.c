@@ -12,7 +12,7 @@ static const char *const schedule_fields[] = {"kind", "total", "min_lr", "warmup
 
 static uint64_t opt_steps(lua_State *L, int idx, const char *what, const char *field, lua_Integer def) {
   lua_Integer v = lampL_optfield_integer(L, idx, what, field, def);
-  if (v < 0) luaL_error(L, "%s: '%s' must be a number of steps >= 0, got %d", what, field, (int)v);
+  if (v < 0) luaL_error(L, "%s: '%s' must be a number of steps >= 0, got %I", what, field, v);
   return (uint64_t)v;
 }
 
@@ -75,7 +75,7 @@ static int make_schedule(lua_State *L, const char *kind, const char *what) {
 static int lr_cosine(lua_State *L) {
   luaL_checktype(L, 1, LUA_TTABLE);
   lua_Integer total = lampL_optfield_integer(L, 1, "lr.cosine", "total", 0);
-  if (total <= 0) return luaL_error(L, "lr.cosine: 'total' (optimizer steps) must be positive, got %d", (int)total);
+  if (total <= 0) return luaL_error(L, "lr.cosine: 'total' (optimizer steps) must be positive, got %I", total);
   return make_schedule(L, "cosine", "lr.cosine");
 }
 
@@ -112,7 +112,7 @@ static int lr_at(lua_State *L) {
   lamp_schedule s = lampL_check_schedule(L, 1, "lr.at");
   double base = luaL_checknumber(L, 2);
   lua_Integer step = luaL_checkinteger(L, 3);
-  if (step < 0) return luaL_error(L, "lr.at: step must be >= 0, got %d", (int)step);
+  if (step < 0) return luaL_error(L, "lr.at: step must be >= 0, got %I", step);
   lua_pushnumber(L, lamp_schedule_lr(&s, base, (uint64_t)step));
   return 1;
 }

@@ -9,8 +9,9 @@
 /* User values of a Trainer box: the objects it borrows, kept alive and pinned. */
 enum { UV_PRECISION = 1, UV_COMM, UV_OPTIM, UV_COUNT = UV_OPTIM };
 
-static const char *const trainer_fields[] = {"model", "loss",     "precision", "comm",         "optim", "accum",
-                                             "clip",  "schedule", "seed",      "param_groups", "bucket_mb", "compress", "device", NULL};
+static const char *const trainer_fields[] = {"model", "loss",     "precision", "comm",         "optim",     "accum",
+                                             "clip",  "schedule", "seed",      "param_groups", "bucket_mb", "compress",
+                                             "device", "max_skipped", NULL};
 static const char *const group_fields[] = {"match", "lr_mult", "decay", NULL};
 
 static void *required_object(lua_State *L, const char *field, const char *tname, const char *hint) {
@@ -150,10 +151,14 @@ static int trainer_new(lua_State *L) {
   c.device = lamp_run_device();
   if (lua_getfield(L, 1, "device") != LUA_TNIL) c.device = lampL_check_device(L, -1, "Trainer: 'device'");
   lua_pop(L, 1);
-  c.accum = (int)lampL_optfield_integer(L, 1, "Trainer", "accum", 1);
+  c.accum = (int)lampL_optfield_range(L, 1, "Trainer", "accum", 1, 1, LAMP_TRAINER_MAX_ACCUM);
   c.clip = lampL_optfield_number(L, 1, "Trainer", "clip", 0.0);
-  c.seed = (uint64_t)lampL_optfield_integer(L, 1, "Trainer", "seed", 0);
+  c.seed = (uint64_t)lampL_optfield_range(L, 1, "Trainer", "seed", 0, 0, LUA_MAXINTEGER);
   c.bucket_mb = lampL_optfield_number(L, 1, "Trainer", "bucket_mb", 25.0);
+  /* Lua's 0 turns the limit off; the C config's 0 is the default, its negative values none. */
+  lua_Integer max_skipped = lampL_optfield_range(L, 1, "Trainer", "max_skipped", LAMP_TRAINER_DEFAULT_MAX_SKIPPED, 0,
+                                                 LUA_MAXINTEGER);
+  c.max_skipped = max_skipped == 0 ? -1 : (int64_t)max_skipped;
   c.compress = read_compress(L);
   c.schedule = read_schedule(L);
   lamp_trainer *t;
@@ -186,7 +191,7 @@ static int trainer_gc(lua_State *L) {
   return 0;
 }
 
-/* trainer:epoch(loader) -> {loss=, samples=, seconds=, samples_per_s=} */
+/* trainer:epoch(loader) -> {loss=, samples=, seconds=, samples_per_s=, done=, steps=, skipped=} */
 static int trainer_epoch(lua_State *L) {
   static const char *const fields[] = {"max_steps", NULL};
   lamp_trainer *t = lampL_checkobject(L, 1, LAMP_TRAINER_CLASS);
@@ -200,13 +205,15 @@ static int trainer_epoch(lua_State *L) {
   }
   lamp_epoch_result r;
   lampL_check(L, lamp_trainer_train(t, loader, (uint64_t)max_steps, &r));
-  lua_createtable(L, 0, 5);
+  lua_createtable(L, 0, 7);
   lampL_setnumber(L, "loss", r.mean_loss);
   lampL_setinteger(L, "samples", (lua_Integer)r.samples);
   lampL_setnumber(L, "seconds", r.seconds);
   lampL_setnumber(L, "samples_per_s", r.samples_per_second);
   lua_pushboolean(L, r.epoch_done);
   lua_setfield(L, -2, "done");
+  lampL_setinteger(L, "steps", (lua_Integer)r.steps);
+  lampL_setinteger(L, "skipped", (lua_Integer)r.skipped_steps);
   return 1;
 }
 
@@ -260,7 +267,7 @@ static int trainer_stats(lua_State *L) {
   lamp_trainer *t = lampL_checkobject(L, 1, LAMP_TRAINER_CLASS);
   lamp_trainer_stats s;
   lampL_check(L, lamp_trainer_stats_get(t, &s));
-  lua_createtable(L, 0, 12);
+  lua_createtable(L, 0, 15);
   lampL_setinteger(L, "steps", (lua_Integer)s.steps);
   lampL_setinteger(L, "skipped_steps", (lua_Integer)s.skipped_steps);
   lampL_setinteger(L, "micro_steps", (lua_Integer)s.micro_steps);
@@ -269,6 +276,7 @@ static int trainer_stats(lua_State *L) {
   lampL_setnumber(L, "loss", s.last_loss);
   lampL_setnumber(L, "grad_norm", s.grad_norm);
   lampL_setnumber(L, "lr", s.lr);
+  lampL_setinteger(L, "skipped_in_a_row", (lua_Integer)s.skipped_in_a_row);
   lampL_setnumber(L, "loss_scale", s.loss_scale);
   lampL_setinteger(L, "world", s.world);
   lampL_setinteger(L, "batch", (lua_Integer)s.batch);

@@ -11,6 +11,7 @@
 
 #include "backend/backend.h"
 #include "base/error.h"
+#include "nn/fits.h"
 #include "nn/model.h"
 #include "tensor/dtype.h"
 #include "tensor/memory.h"
@@ -47,6 +48,8 @@ struct lamp_model {
   lamp_tensor *y;        /* output buffer, reused across batches */
   const lamp_tensor *x;  /* borrowed input of the last forward, for backward */
   lamp_exec exec;        /* of the last forward */
+  int fits_ndim;         /* the last input shape whose layer outputs were found to fit (0: none) */
+  int64_t fits_shape[LAMP_MAX_DIMS];
 };
 
 lamp_status lamp_model_new(lamp_model **out, lamp_layer *root) {
@@ -303,13 +306,57 @@ static lamp_tensor *slab_for_layers(const lamp_model *m) {
   return m->weights;
 }
 
+/* The layer that declares parameter i of `layer`: children declare theirs in child order. */
+static const lamp_layer *owner_of_param(const lamp_layer *layer, size_t i) {
+  for (;;) {
+    size_t kids = layer->ops->child_count != NULL ? layer->ops->child_count(layer) : 0;
+    const lamp_layer *next = NULL;
+    for (size_t k = 0; k < kids && next == NULL; k++) {
+      const lamp_layer *c = layer->ops->child(layer, k);
+      size_t n = c->ops->param_count(c);
+      if (i < n) next = c;
+      else i -= n;
+    }
+    if (next == NULL) return layer;
+    layer = next;
+  }
+}
+
+/* Bytes a parameter takes in the slabs: its weight, its fp32 gradient, an fp32 master or
+   staging copy when the weights are not the fp32 values the optimizer updates. */
+static uint64_t bytes_per_param(const lamp_model_config *c) {
+  uint64_t b = lamp_dtype_size(c->weight_dtype) + sizeof(float);
+  if (c->master_weights || c->weight_dtype != LAMP_F32) b += sizeof(float);
+  return b;
+}
+
+/* Before any slab is allocated: the slabs must fit in memory. The message names the layer
+   holding the largest parameter, the likeliest culprit (nn.Linear(1e9, 1e9)). */
+static lamp_status check_slabs_fit(const lamp_model *m) {
+  uint64_t bytes = lamp_size_mul_add(m->numel, bytes_per_param(&m->config),
+                                     lamp_size_mul_add(m->buffer_numel, sizeof(float), 0));
+  size_t big = 0;
+  for (size_t i = 1; i < m->n_params; i++)
+    if (m->params[i].count > m->params[big].count) big = i;
+  const lamp_layer *owner = m->n_params ? owner_of_param(m->root, big) : m->root;
+  char desc[256];
+  owner->ops->describe(owner, desc, sizeof desc);
+  desc[strcspn(desc, "\n")] = '\0'; /* a container describes its children on further lines */
+  size_t owner_numel = 0;
+  if (lamp_layer_param_numel(owner, &owner_numel) != LAMP_OK) owner_numel = 0;
+  return lamp_check_fits(m->config.device, bytes, NULL,
+                         "model: a model of %zu parameters and %zu buffer values (its largest layer, %s, has %zu)",
+                         m->numel, m->buffer_numel, desc, owner_numel);
+}
+
 static lamp_status build_steps(lamp_model *m) {
   lamp_status st = collect_params(m);
+  if (st == LAMP_OK) st = collect_buffers(m);
+  if (st == LAMP_OK) st = check_slabs_fit(m);
   if (st == LAMP_OK) st = alloc_slabs(m);
   if (st == LAMP_OK) m->bound = slab_for_layers(m);
   if (st == LAMP_OK) st = init_params(m);
   for (size_t i = 0; st == LAMP_OK && i < m->n_params; i++) st = bind_param(m, i);
-  if (st == LAMP_OK) st = collect_buffers(m);
   if (st == LAMP_OK) st = build_buffers(m);
   return st;
 }
@@ -410,6 +457,70 @@ lamp_status lamp_model_zero_grads(lamp_model *model) {
   return lamp_fill(model->config.device, lamp_tensor_data(model->grads), LAMP_F32, model->numel, 0.0f);
 }
 
+/* What a forward keeps of each layer's output, in bytes, and the largest one. */
+typedef struct output_tally {
+  size_t esize;
+  uint64_t total, largest;
+  const lamp_layer *which;
+} output_tally;
+
+/*
+** Tallies the outputs the leaves of `layer` produce for an input of shape in (*out_nd, out: the
+** layer's output shape). A Sequential chains its children; another container hands each child
+** the same input (Residual's block and projection). Containers keep little of their own, so only
+** the leaves count: a lower bound of what the forward allocates.
+*/
+static lamp_status tally_outputs(const lamp_layer *layer, int nd, const int64_t *in, output_tally *t, int *out_nd,
+                                 int64_t *out) {
+  lamp_status st = layer->ops->output_shape(layer, nd, in, out_nd, out);
+  if (st != LAMP_OK) return st;
+  size_t kids = layer->ops->child_count != NULL ? layer->ops->child_count(layer) : 0;
+  int chain = strcmp(layer->ops->type, "Sequential") == 0;
+  int cur_nd = nd;
+  int64_t cur[LAMP_MAX_DIMS];
+  memcpy(cur, in, (size_t)nd * sizeof *cur);
+  for (size_t k = 0; k < kids; k++) {
+    int child_nd;
+    int64_t child_out[LAMP_MAX_DIMS];
+    st = tally_outputs(layer->ops->child(layer, k), cur_nd, cur, t, &child_nd, child_out);
+    if (st != LAMP_OK) return st;
+    if (chain) {
+      cur_nd = child_nd;
+      memcpy(cur, child_out, (size_t)child_nd * sizeof *cur);
+    }
+  }
+  if (kids > 0) return LAMP_OK;
+  size_t numel;
+  uint64_t bytes = lamp_shape_numel(*out_nd, out, &numel) ? lamp_size_mul_add(numel, t->esize, 0) : UINT64_MAX;
+  t->total = lamp_size_mul_add(1, t->total, bytes);
+  if (t->which == NULL || bytes > t->largest) {
+    t->largest = bytes;
+    t->which = layer;
+  }
+  return LAMP_OK;
+}
+
+/* Before the first forward of each input shape: a batch whose layer outputs cannot fit in memory
+   is refused, naming the layer with the largest output, instead of failing in the allocator. */
+static lamp_status check_outputs_fit(lamp_model *m, const lamp_tensor *x) {
+  if (m->fits_ndim == x->ndim && memcmp(m->fits_shape, x->shape, (size_t)x->ndim * sizeof *x->shape) == 0) return LAMP_OK;
+  output_tally t = {.esize = lamp_dtype_size(m->exec.activation_dtype)};
+  int nd;
+  int64_t out[LAMP_MAX_DIMS];
+  lamp_status st = tally_outputs(m->root, x->ndim, x->shape, &t, &nd, out);
+  if (st != LAMP_OK || t.which == NULL) return st;
+  char desc[256], input[128];
+  t.which->ops->describe(t.which, desc, sizeof desc);
+  desc[strcspn(desc, "\n")] = '\0';
+  st = lamp_check_fits(m->config.device, t.total, "; use a smaller batch",
+                       "model: a forward of %s (its largest layer output, %llu bytes, is %s's)",
+                       lamp_tensor_describe(x, input, sizeof input), (unsigned long long)t.largest, desc);
+  if (st != LAMP_OK) return st;
+  m->fits_ndim = x->ndim;
+  memcpy(m->fits_shape, x->shape, (size_t)x->ndim * sizeof *x->shape);
+  return LAMP_OK;
+}
+
 lamp_status lamp_model_forward(lamp_model *model, const lamp_tensor *x, int training, const lamp_tensor **y) {
   *y = NULL;
   model->x = NULL;
@@ -431,6 +542,7 @@ lamp_status lamp_model_forward(lamp_model *model, const lamp_tensor *x, int trai
   int nd;
   int64_t shape[LAMP_MAX_DIMS];
   lamp_status st = root->ops->output_shape(root, x->ndim, x->shape, &nd, shape);
+  if (st == LAMP_OK) st = check_outputs_fit(model, x);
   if (st == LAMP_OK)
     st = lamp_tensor_ensure(&model->y, model->exec.activation_dtype, model->exec.device, nd, shape,
                             LAMP_MEM_ACTIVATIONS);

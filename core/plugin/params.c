@@ -3,6 +3,7 @@
 ** range-checked. Plugins receive a plain array in declaration order.
 */
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "base/error.h"
@@ -36,6 +37,15 @@ static lamp_status unknown_option(const lamp_plugin *desc, const char *name) {
                     name, valid);
 }
 
+/* The value as given: the shortest text that reads back as it (4294967297, 0.1, 1e+20, nan). */
+static const char *value_text(double v, char *buf, size_t size) {
+  for (int digits = 1; digits <= 17; digits++) {
+    snprintf(buf, size, "%.*g", digits, v);
+    if (strtod(buf, NULL) == v) return buf;
+  }
+  return buf; /* NaN never compares equal: "nan" */
+}
+
 static int given_before(const lamp_option *opts, size_t i) {
   for (size_t j = 0; j < i; j++)
     if (strcmp(opts[j].name, opts[i].name) == 0) return 1;
@@ -52,9 +62,10 @@ static lamp_status apply_option(const lamp_plugin *desc, const lamp_option *opts
   if (given_before(opts, i))
     return lamp_error(LAMP_ERR_INVALID_ARG, "%s: option '%s' given twice", desc->name, o->name);
   const lamp_param *p = &desc->params[k];
+  char given[32];
   if (!(o->value >= p->min_value && o->value <= p->max_value)) /* NaN fails both */
-    return lamp_error(LAMP_ERR_INVALID_ARG, "%s: option '%s' must be in [%g, %g], got %g",
-                      desc->name, o->name, p->min_value, p->max_value, o->value);
+    return lamp_error(LAMP_ERR_INVALID_ARG, "%s: option '%s' must be in [%g, %g], got %s",
+                      desc->name, o->name, p->min_value, p->max_value, value_text(o->value, given, sizeof given));
   values[k] = o->value;
   return LAMP_OK;
 }

@@ -55,12 +55,21 @@ void lamp_progress_update(lamp_progress *p, uint64_t batches, uint64_t samples, 
   lamp_log_progress(line, !terminal);
 }
 
+/* The summary's skip count: how many of the steps it covered were skipped, whatever the scale. */
+static void format_summary_scaler(char *buf, size_t size, double scale, uint64_t skipped, uint64_t steps) {
+  if (scale == 1.0 && skipped == 0)
+    buf[0] = '\0';
+  else
+    snprintf(buf, size, "  scale %g  skipped %llu of %llu step%s", scale, (unsigned long long)skipped,
+             (unsigned long long)steps, steps == 1 ? "" : "s");
+}
+
 double lamp_progress_finish(lamp_progress *p, uint64_t batches, uint64_t samples, double loss, double lr,
-                            double scale, uint64_t skipped) {
+                            double scale, uint64_t skipped, uint64_t steps) {
   double elapsed = now_seconds() - p->started;
-  char scaler[64];
-  format_scaler(scaler, sizeof scaler, scale, skipped);
-  char line[256];
+  char scaler[96];
+  format_summary_scaler(scaler, sizeof scaler, scale, skipped, steps);
+  char line[320];
   snprintf(line, sizeof line, "epoch %llu: loss %.4f  %llu batches  %llu samples  %.1f s  %.0f samples/s  lr %.4g%s",
            (unsigned long long)p->epoch, loss, (unsigned long long)batches,
            (unsigned long long)samples * (unsigned long long)p->world, elapsed,

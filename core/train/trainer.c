@@ -10,8 +10,10 @@
 #include "backend/backend.h"
 #include "base/error.h"
 #include "base/log.h"
+#include "nn/fits.h"
 #include "tensor/dtype.h"
 #include "tensor/memory.h"
+#include "train/agree.h"
 #include "train/grad_buckets.h"
 #include "train/progress.h"
 #include "train/trainer_internal.h"
@@ -24,7 +26,9 @@ static lamp_status check_config(const lamp_trainer_config *c) {
   if (c->precision == NULL) return lamp_error(LAMP_ERR_INVALID_ARG, "Trainer: 'precision' is required");
   if (c->comm == NULL) return lamp_error(LAMP_ERR_INVALID_ARG, "Trainer: 'comm' is required");
   if (c->optim == NULL) return lamp_error(LAMP_ERR_INVALID_ARG, "Trainer: 'optim' is required");
-  if (c->accum < 1) return lamp_error(LAMP_ERR_INVALID_ARG, "Trainer: 'accum' must be >= 1, got %d", c->accum);
+  if (c->accum < 1 || c->accum > LAMP_TRAINER_MAX_ACCUM)
+    return lamp_error(LAMP_ERR_INVALID_ARG, "Trainer: 'accum' must be an integer in [1, %d], got %d", LAMP_TRAINER_MAX_ACCUM,
+                      c->accum);
   if (!(c->bucket_mb >= 0.0) || isinf(c->bucket_mb))
     return lamp_error(LAMP_ERR_INVALID_ARG, "Trainer: 'bucket_mb' must be a finite number >= 0 (0: 25), got %g", c->bucket_mb);
   if (!(c->clip >= 0.0) || isinf(c->clip))
@@ -80,34 +84,90 @@ static lamp_status build_model(lamp_trainer *t) {
   return lamp_model_build(t->model, &mc);
 }
 
-static uint32_t fnv1a(uint32_t h, const char *s) {
-  for (; *s; s++) h = (h ^ (unsigned char)*s) * 16777619u;
+static uint32_t fnv1a(uint32_t h, const void *bytes, size_t n) {
+  for (const unsigned char *p = bytes; n > 0; p++, n--) h = (h ^ *p) * 16777619u;
   return h;
 }
 
+/* How many of the optimizer's hyper-parameters are compared one by one; the rest share a field. */
+#define AGREE_HPARAMS 12
+
+static void precision_facts(lamp_trainer *t, lamp_agree *a) {
+  const lamp_precision_policy *p = &t->policy;
+  char scale[32];
+  lamp_agree_add(a, "the precision plugin", "%s", lamp_precision_handle(t->config.precision)->desc->name);
+  lamp_agree_add(a, "the precision policy", "weights %s, compute %s, activations %s, gradients %s%s%s",
+                 lamp_dtype_name((lamp_dtype)p->weight_dtype), lamp_dtype_name((lamp_dtype)p->compute_dtype),
+                 lamp_dtype_name((lamp_dtype)p->activation_dtype), lamp_dtype_name((lamp_dtype)p->grad_dtype),
+                 (p->flags & LAMP_POLICY_MASTER_WEIGHTS) ? ", masters" : "",
+                 (p->flags & LAMP_POLICY_LOSS_SCALING) ? ", loss scaling" : "");
+  lamp_agree_add(a, "the initial loss scale", "%s",
+                 lamp_agree_number(lamp_precision_loss_scale(t->config.precision), scale, sizeof scale));
+}
+
+/* Field names live in `names` (the check reads them after this returns). */
+static void optimizer_facts(lamp_trainer *t, lamp_agree *a, char names[][64]) {
+  const lamp_plugin *d = lamp_optim_handle(t->config.optim)->desc;
+  lamp_agree_add(a, "the optimizer", "%s", d->name);
+  char rest[LAMP_AGREE_TEXT] = "";
+  for (uint32_t i = 0; i < d->n_params; i++) {
+    double v = 0.0;
+    char text[32];
+    (void)lamp_optim_hparam(t->config.optim, d->params[i].name, &v);
+    lamp_agree_number(v, text, sizeof text);
+    if (i < AGREE_HPARAMS) {
+      snprintf(names[i], 64, "the optimizer's '%.40s'", d->params[i].name);
+      lamp_agree_add(a, names[i], "%s", text);
+    } else {
+      size_t used = strlen(rest);
+      snprintf(rest + used, sizeof rest - used, "%s%s", used ? ", " : "", text);
+    }
+  }
+  if (d->n_params > AGREE_HPARAMS) lamp_agree_add(a, "the optimizer's further hyper-parameters", "%s", rest);
+}
+
+static void model_facts(lamp_trainer *t, lamp_agree *a) {
+  uint32_t h = 2166136261u;
+  for (size_t i = 0; i < lamp_model_n_params(t->model); i++) {
+    const lamp_model_param *p = lamp_model_param_at(t->model, i);
+    h = fnv1a(h, p->name, strlen(p->name) + 1);
+    h = fnv1a(h, p->shape, (size_t)p->ndim * sizeof *p->shape);
+  }
+  lamp_agree_add(a, "the model", "%zu parameters in %zu tensors", lamp_model_numel(t->model), lamp_model_n_params(t->model));
+  lamp_agree_add(a, "the model's parameter names and shapes", "fingerprint %08x", (unsigned)h);
+}
+
+static void step_facts(lamp_trainer *t, lamp_agree *a) {
+  const lamp_trainer_config *c = &t->config;
+  const lamp_schedule *s = &c->schedule;
+  char clip[32], bucket[32], min_lr[32], gamma[32];
+  lamp_agree_add(a, "accum", "%d", c->accum);
+  lamp_agree_add(a, "clip", "%s", lamp_agree_number(c->clip, clip, sizeof clip));
+  lamp_agree_add(a, "the schedule", "%s (total %llu, warmup %llu, min_lr %s, step_size %llu, gamma %s)",
+                 lamp_schedule_name(s->kind), (unsigned long long)s->total, (unsigned long long)s->warmup,
+                 lamp_agree_number(s->min_lr, min_lr, sizeof min_lr), (unsigned long long)s->step_size,
+                 lamp_agree_number(s->gamma, gamma, sizeof gamma));
+  lamp_agree_add(a, "bucket_mb", "%s", lamp_agree_number(c->bucket_mb > 0.0 ? c->bucket_mb : 25.0, bucket, sizeof bucket));
+  lamp_agree_add(a, "compress", "%s", c->compress == LAMP_F32 ? "none" : lamp_dtype_name(c->compress));
+  lamp_agree_add(a, "max_skipped", "%lld", (long long)c->max_skipped);
+}
+
 /*
-** Every rank must train the same model with the same plugins (DDP checks the same at
-** construction): a collective over a fingerprint of both finds out, and it is also the first
-** collective, so a rank that never got this far (a missing plugin, a crash) is reported here,
-** by name, instead of leaving the others waiting in a broadcast that may look complete.
+** Every rank must build the same step (DDP checks its model at construction too): the plugins,
+** the model and every setting that changes what a step computes. It is also the first
+** collective, so a rank that never got this far (a missing plugin, a crash) is reported here, by
+** name, instead of leaving the others waiting in a broadcast that may look complete.
 */
 static lamp_status check_ranks_agree(lamp_trainer *t) {
-  uint32_t h = 2166136261u;
-  h = fnv1a(h, lamp_precision_handle(t->config.precision)->desc->name);
-  h = fnv1a(h, lamp_optim_handle(t->config.optim)->desc->name);
-  for (size_t i = 0; i < lamp_model_n_params(t->model); i++) h = fnv1a(h, lamp_model_param_at(t->model, i)->name);
-  /* Exact in f32: both values stay below 2^24. */
-  const float mine[2] = {(float)(lamp_model_numel(t->model) % 16777216u), (float)(h % 16777216u)};
-  /* One MAX over (v, -v) gives both the largest and the smallest value of every rank. */
-  float both[4] = {mine[0], mine[1], -mine[0], -mine[1]};
-  lamp_status st = lamp_comm_all_reduce(t->config.comm, both, 4, LAMP_F32, LAMP_REDUCE_MAX, LAMP_HOST);
-  if (st != LAMP_OK) return lamp_error_context(st, "Trainer: checking that every rank has the same model");
-  if (both[0] != -both[2] || both[1] != -both[3])
-    return lamp_error(LAMP_ERR_INVALID_USAGE, "Trainer: the ranks disagree on the model or its plugins (rank %d has %zu parameters in %zu tensors, precision %s, optim %s); every rank must build the same Trainer",
-                      lamp_comm_rank(t->config.comm), lamp_model_numel(t->model), lamp_model_n_params(t->model),
-                      lamp_precision_handle(t->config.precision)->desc->name,
-                      lamp_optim_handle(t->config.optim)->desc->name);
-  return LAMP_OK;
+  lamp_agree a;
+  char names[AGREE_HPARAMS][64];
+  lamp_agree_init(&a);
+  precision_facts(t, &a);
+  optimizer_facts(t, &a, names);
+  model_facts(t, &a);
+  step_facts(t, &a);
+  return lamp_agree_check(&a, t->config.comm, "Trainer", "the same model and settings",
+                          "every rank must build the same Trainer");
 }
 
 /*
@@ -133,9 +193,24 @@ static lamp_status broadcast_initial_parameters(lamp_trainer *t) {
   return lamp_model_sync_weights(t->model);
 }
 
+/* The model's slabs are in memory already; the optimizer's state must fit beside them. */
+static lamp_status check_state_fits(const lamp_trainer *t) {
+  size_t n = lamp_model_numel(t->model);
+  uint64_t model_bytes = 0;
+  const lamp_tensor *slabs[4] = {lamp_model_weights(t->model), lamp_model_grads(t->model), lamp_model_master(t->model),
+                                 lamp_model_buffers(t->model)};
+  for (int i = 0; i < 4; i++)
+    if (slabs[i] != NULL) model_bytes = lamp_size_mul_add(1, model_bytes, lamp_tensor_nbytes(slabs[i]));
+  uint64_t bytes = lamp_size_mul_add(n, (uint64_t)t->n_slots * sizeof(float), model_bytes);
+  return lamp_check_fits(t->config.device, bytes, NULL,
+                         "Trainer: the model (%llu bytes) with the state of optimizer '%s' (%u fp32 values per parameter, %zu parameters)",
+                         (unsigned long long)model_bytes, lamp_optim_handle(t->config.optim)->desc->name, (unsigned)t->n_slots, n);
+}
+
 /* The slots were checked when the optimizer was opened (count and dtype): allocate them. */
 static lamp_status allocate_optimizer_state(lamp_trainer *t) {
   lamp_status st = lamp_optim_slots(t->config.optim, t->slot_decls, LAMP_OPTIM_MAX_SLOTS, &t->n_slots);
+  if (st == LAMP_OK) st = check_state_fits(t);
   if (st != LAMP_OK) return st;
   size_t n = lamp_model_numel(t->model);
   for (uint32_t i = 0; i < t->n_slots; i++) {
@@ -370,6 +445,30 @@ static lamp_status optimizer_step(lamp_trainer *t, double scale) {
   return lamp_model_sync_weights(t->model);
 }
 
+/*
+** A skipped step is logged, and at the first and every 100th it is a warning: a static loss scale
+** that always overflows would otherwise skip every step of a run that looks healthy. Steps are
+** numbered as max_steps counts them, taken or skipped.
+*/
+static void log_skip(const lamp_trainer *t, double scale) {
+  uint64_t n = t->stats.skipped_steps;
+  /* Every rank skips the same steps: one warning is enough, rank 0's (info lines are rank 0's). */
+  int warn = (n == 1 || n % 100 == 0) && lamp_comm_rank(t->config.comm) == 0;
+  lamp_log(warn ? LAMP_LOG_WARN : LAMP_LOG_INFO, lamp_precision_handle(t->config.precision)->desc->name,
+           "step %llu skipped: inf/NaN in the gradients at loss scale %g, now %g (%llu skipped so far, %llu in a row)%s",
+           (unsigned long long)(t->stats.steps + n), scale, lamp_precision_loss_scale(t->config.precision),
+           (unsigned long long)n, (unsigned long long)t->stats.skipped_in_a_row,
+           warn ? "; this warning repeats every 100 skipped steps" : "");
+}
+
+/* Skipping forever is training that makes no progress: max_skipped in a row is an error. */
+static lamp_status check_skip_limit(const lamp_trainer *t, double scale) {
+  int64_t max = t->config.max_skipped == 0 ? LAMP_TRAINER_DEFAULT_MAX_SKIPPED : t->config.max_skipped;
+  if (max < 0 || t->stats.skipped_in_a_row < (uint64_t)max) return LAMP_OK;
+  return lamp_error(LAMP_ERR_NUMERIC, "Trainer: %llu optimizer steps in a row skipped for inf/NaN gradients (precision '%s', loss scale %g); training makes no progress: use a smaller or dynamic loss scale, lower the learning rate, or raise the Trainer's max_skipped",
+                    (unsigned long long)t->stats.skipped_in_a_row, lamp_precision_handle(t->config.precision)->desc->name, scale);
+}
+
 static lamp_status finish_accumulation_group(lamp_trainer *t, double scale) {
   lamp_status st = read_report(t);
   if (st == LAMP_OK) st = check_losses(t);
@@ -382,22 +481,34 @@ static lamp_status finish_accumulation_group(lamp_trainer *t, double scale) {
                       (unsigned long long)t->stats.steps + 1, lamp_precision_handle(t->config.precision)->desc->name);
   if (skip) {
     t->stats.skipped_steps++;
-    lamp_log(LAMP_LOG_INFO, lamp_precision_handle(t->config.precision)->desc->name,
-             "step %llu skipped: inf/NaN in the gradients at loss scale %g, now %g (%llu skipped so far)",
-             (unsigned long long)t->stats.steps + 1, scale, lamp_precision_loss_scale(t->config.precision),
-             (unsigned long long)t->stats.skipped_steps);
+    t->stats.skipped_in_a_row++;
+    log_skip(t, scale);
+    if ((st = check_skip_limit(t, scale)) != LAMP_OK) return st;
   } else {
     st = optimizer_step(t, scale);
     if (st != LAMP_OK) return st;
+    t->stats.skipped_in_a_row = 0;
   }
   t->stats.loss_scale = lamp_precision_loss_scale(t->config.precision);
   return LAMP_OK;
 }
 
+/* The plugin's loss scale for this step: a finite number > 0, or training stops. A scale of 0
+   would zero every gradient and make the unscaling divide by 0; NaN would skip every step. */
+static lamp_status loss_scale(const lamp_trainer *t, double *scale) {
+  *scale = lamp_precision_loss_scale(t->config.precision);
+  if (*scale > 0.0 && isfinite(*scale)) return LAMP_OK;
+  char text[32];
+  return lamp_error(LAMP_ERR_NUMERIC, "Trainer: precision plugin '%s' returned loss scale %s at step %llu; a loss scale must be a finite number > 0",
+                    lamp_precision_handle(t->config.precision)->desc->name, lamp_agree_number(*scale, text, sizeof text),
+                    (unsigned long long)t->stats.steps + t->stats.skipped_steps + 1);
+}
+
 /* One micro-batch, leaving the host's copy of it in use until wait_for_upload. */
 static lamp_status step(lamp_trainer *t, const lamp_tensor *x, const lamp_tensor *y) {
-  double scale = lamp_precision_loss_scale(t->config.precision);
-  lamp_status st = forward_backward(t, x, y, scale);
+  double scale;
+  lamp_status st = loss_scale(t, &scale);
+  if (st == LAMP_OK) st = forward_backward(t, x, y, scale);
   if (st != LAMP_OK) return st;
   size_t batch = x->ndim > 0 ? (size_t)x->shape[0] : 1;
   if (t->stats.micro_steps == 0)
@@ -469,15 +580,54 @@ static lamp_status count_losses(lamp_trainer *t, int upto, double *sum, uint64_t
   return LAMP_OK;
 }
 
+/*
+** With several ranks, every step is a collective: the ranks must take the same number of them,
+** over shards of one data set, in the same order. Compared before the first step, so a mismatch
+** is an error on every rank instead of an all-reduce of unrelated steps, or a hang when one rank
+** runs out of batches first.
+*/
+static lamp_status check_loader_agrees(lamp_trainer *t, const lamp_loader *loader, uint64_t max_steps) {
+  if (t->stats.world == 1) return LAMP_OK;
+  const lamp_loader_config *c = lamp_loader_get_config(loader);
+  lamp_agree a;
+  lamp_agree_init(&a);
+  lamp_agree_add(&a, "the batch size", "%zu", c->batch);
+  lamp_agree_add(&a, "the data set size", "%zu", lamp_dataset_size(lamp_loader_dataset(loader)));
+  lamp_agree_add(&a, "the batches per epoch", "%zu", lamp_loader_batches_per_epoch(loader));
+  lamp_agree_add(&a, "the loader's ranks (data.loader's comm)", "%d", c->world);
+  lamp_agree_add(&a, "shuffle", "%s", c->shuffle ? "true" : "false");
+  lamp_agree_add(&a, "drop_last", "%s", c->drop_last ? "true" : "false");
+  lamp_agree_add(&a, "the loader's seed", "%llu", (unsigned long long)c->seed);
+  lamp_agree_add(&a, "max_steps", "%llu", (unsigned long long)max_steps);
+  lamp_agree_add(&a, "where training stands", "epoch %llu, sample %llu of it", (unsigned long long)t->epochs_done + 1,
+                 (unsigned long long)(t->epoch_open ? t->epoch_batches * t->epoch_global_batch : 0));
+  return lamp_agree_check(&a, t->config.comm, "Trainer", "the same loader",
+                          "every rank must train with the same loader settings and max_steps");
+}
+
+/* An epoch without a batch would train nothing and report a loss of 0: refused, with why. A data
+   set is never empty, so only drop_last can leave a rank's shard without a full batch. */
+static lamp_status check_loader_has_batches(const lamp_trainer *t, const lamp_loader *loader) {
+  if (lamp_loader_batches_per_epoch(loader) > 0) return LAMP_OK;
+  const lamp_loader_config *c = lamp_loader_get_config(loader);
+  lamp_dataset *ds = lamp_loader_dataset(loader);
+  return lamp_error(LAMP_ERR_INVALID_ARG, "Trainer: the loader for %s has no batch in an epoch: %zu sample%s per rank (%zu in the data set, %d rank%s) and batch %zu with drop_last; use a batch of at most %zu or more samples",
+                    lamp_dataset_name(ds), lamp_loader_samples_per_rank(loader),
+                    lamp_loader_samples_per_rank(loader) == 1 ? "" : "s", lamp_dataset_size(ds), t->stats.world,
+                    t->stats.world == 1 ? "" : "s", c->batch, lamp_loader_samples_per_rank(loader));
+}
+
 lamp_status lamp_trainer_train(lamp_trainer *t, lamp_loader *loader, uint64_t max_steps, lamp_epoch_result *result) {
   memset(result, 0, sizeof *result);
-  lamp_status st = position_loader(t, loader);
+  lamp_status st = check_loader_agrees(t, loader, max_steps);
+  if (st == LAMP_OK) st = check_loader_has_batches(t, loader);
+  if (st == LAMP_OK) st = position_loader(t, loader);
   if (st != LAMP_OK) return st;
   const uint64_t per_epoch = lamp_loader_batches_per_epoch(loader);
   lamp_progress progress;
   lamp_progress_start(&progress, t->epochs_done + 1, (size_t)per_epoch, t->stats.world);
   double loss_sum = 0.0;
-  uint64_t batches = 0, first_step = t->stats.steps + t->stats.skipped_steps;
+  uint64_t batches = 0, first_step = t->stats.steps + t->stats.skipped_steps, first_skipped = t->stats.skipped_steps;
   for (;;) {
     lamp_tensor *x, *y;
     int has_batch = 0;
@@ -506,8 +656,10 @@ lamp_status lamp_trainer_train(lamp_trainer *t, lamp_loader *loader, uint64_t ma
   }
   if ((st = wait_for_upload(t)) != LAMP_OK) return st;
   result->mean_loss = batches ? loss_sum / (double)batches : 0.0;
+  result->steps = t->stats.steps + t->stats.skipped_steps - first_step;
+  result->skipped_steps = t->stats.skipped_steps - first_skipped;
   result->seconds = lamp_progress_finish(&progress, (size_t)t->epoch_batches, result->samples, result->mean_loss,
-                                         t->stats.lr, t->stats.loss_scale, t->stats.skipped_steps);
+                                         t->stats.lr, t->stats.loss_scale, result->skipped_steps, result->steps);
   result->samples_per_second = result->seconds > 0 ? (double)result->samples * t->stats.world / result->seconds : 0.0;
   return LAMP_OK;
 }

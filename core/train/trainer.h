@@ -24,6 +24,11 @@
 
 typedef struct lamp_trainer lamp_trainer;
 
+/* The most micro-batches one optimizer step may accumulate. */
+#define LAMP_TRAINER_MAX_ACCUM 65536
+/* Optimizer steps skipped in a row that stop training when the config leaves max_skipped 0. */
+#define LAMP_TRAINER_DEFAULT_MAX_SKIPPED 1000
+
 typedef struct lamp_trainer_config {
   lamp_layer *model;          /* root layer; the trainer builds the model from it */
   lamp_loss *loss;
@@ -31,17 +36,21 @@ typedef struct lamp_trainer_config {
   lamp_comm *comm;            /* borrowed */
   lamp_optim *optim;          /* borrowed */
   lamp_device device;
-  int accum;                  /* micro-batches per optimizer step, >= 1 */
+  int accum;                  /* micro-batches per optimizer step, in [1, LAMP_TRAINER_MAX_ACCUM] */
   double clip;                /* global-norm clipping threshold; 0 disables */
   lamp_schedule schedule;
   uint64_t seed;              /* parameter initialisation (rank 0's is broadcast) */
   double bucket_mb;           /* gradient bucket size for the all-reduce, MiB (0: 25, DDP's default) */
   lamp_dtype compress;        /* gradients on the wire: LAMP_F32 (default, none), LAMP_BF16 or LAMP_F16 */
+  int64_t max_skipped;        /* this many optimizer steps skipped in a row (inf/NaN gradients) stop
+                                 training with an error: 0 means LAMP_TRAINER_DEFAULT_MAX_SKIPPED,
+                                 < 0 no limit */
 } lamp_trainer_config;
 
 typedef struct lamp_trainer_stats {
   uint64_t steps;             /* optimizer steps taken */
   uint64_t skipped_steps;     /* optimizer steps skipped on inf/NaN */
+  uint64_t skipped_in_a_row;  /* of those, how many came last without a step taken in between */
   uint64_t micro_steps;       /* forward/backward passes */
   uint64_t samples;           /* samples seen by this rank */
   double last_loss;           /* mean loss of the last micro-batch (unscaled) */
@@ -63,6 +72,8 @@ typedef struct lamp_epoch_result {
   double seconds;
   double samples_per_second;  /* all ranks together */
   int epoch_done;             /* the epoch ended (lamp_trainer_train may stop before) */
+  uint64_t steps;             /* optimizer steps this call finished, taken or skipped */
+  uint64_t skipped_steps;     /* of those, skipped on inf/NaN gradients */
 } lamp_epoch_result;
 
 typedef struct lamp_eval_result {
@@ -71,6 +82,16 @@ typedef struct lamp_eval_result {
   uint64_t samples;
 } lamp_eval_result;
 
+/*
+** Collective when the communicator has several ranks: every rank must create its trainer, and the
+** ranks must agree on what makes their steps one step: the precision plugin and its initial loss
+** scale, the optimizer and each of its hyper-parameters, the model (parameter count, tensors and
+** their names and shapes), accum, clip, the schedule, bucket_mb and compress. A mismatch is an
+** error on every rank, naming the field and each rank's value ("Trainer: the ranks disagree on
+** accum: rank 0 has 2, rank 1 has 4"). The seed is not compared: rank 0's initialisation is
+** broadcast. The loader's side (batch, data set size, batches per epoch, shuffle, drop_last, its
+** seed, max_steps) is compared when lamp_trainer_train starts, before its first step.
+*/
 lamp_status lamp_trainer_new(lamp_trainer **out, const lamp_trainer_config *config);
 void lamp_trainer_free(lamp_trainer *t);
 
@@ -82,7 +103,8 @@ lamp_status lamp_trainer_step(lamp_trainer *t, const lamp_tensor *x, const lamp_
 ** steps (taken or skipped) are done, whichever comes first; it stops only between optimizer
 ** steps. An epoch left open continues at its next batch on the next call (the epoch number is
 ** how many epochs this trainer has finished, so the loader's shuffle and augmentation match an
-** uninterrupted run).
+** uninterrupted run). With several ranks, the ranks first agree on the loader and max_steps (see
+** lamp_trainer_new). A loader whose epoch has no batch is an error, not an epoch of loss 0.
 */
 lamp_status lamp_trainer_train(lamp_trainer *t, lamp_loader *loader, uint64_t max_steps, lamp_epoch_result *result);
 

@@ -14,9 +14,26 @@ function M.optimizer(lamp, args, sgd_lr)
   return lamp.optim(name, { lr = lr }) -- a third-party optimizer: only lr is assumed
 end
 
+-- A whole number >= min from the command line, else an error naming the argument and what was given.
+local function count_argument(name, value, min, meaning)
+  local n = type(value) == "number" and math.tointeger(value) or nil
+  if n == nil or n < min then
+    error(string.format("--%s must be a whole number >= %d%s, got %s", name, min, meaning or "", tostring(value)), 0)
+  end
+  return n
+end
+
+-- --limit=N trains on the first N samples of the data set (0: all of them).
+function M.limit(dataset, limit)
+  local n = count_argument("limit", limit, 0, " (0: the whole data set)")
+  if n == 0 then return dataset end
+  return dataset:subset(1, math.min(n, dataset:size()))
+end
+
 -- --batch is the global batch: each of the ranks takes an equal share.
 function M.rank_batch(batch, comm)
   local world = comm:size()
+  batch = count_argument("batch", batch, 1)
   if batch % world ~= 0 then
     error(string.format("--batch=%d (the global batch) must be a multiple of the %d ranks", batch, world), 0)
   end

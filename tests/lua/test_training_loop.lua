@@ -165,7 +165,7 @@ do
 end
 
 expect_error(function() trainer_with { epochs = 3 } end,
-  "Trainer: unknown field 'epochs'; valid fields: model, loss, precision, comm, optim, accum, clip, schedule, seed, param_groups, bucket_mb, compress, device")
+  "Trainer: unknown field 'epochs'; valid fields: model, loss, precision, comm, optim, accum, clip, schedule, seed, param_groups, bucket_mb, compress, device, max_skipped")
 expect_error(function() trainer_with { device = "cuda" } end, "device cuda is not supported by this build")
 expect_error(function() trainer_with { device = "tpu" } end, "device 'tpu' is not known (expected one of: cpu, cuda)")
 expect_error(function() trainer_with { device = 3 } end,
