@@ -1,12 +1,13 @@
 #include "data/cifar.h"
 
-#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "base/error.h"
+#include "data/file.h"
 #include "tensor/memory.h"
 
 #define RECORD ((size_t)LAMP_CIFAR10_RECORD_BYTES)
@@ -152,31 +153,39 @@ static const char *expected_files(const split_files *f, char *buf, size_t size) 
   return buf;
 }
 
+/* "(CIFAR-10 train needs data_batch_1.bin to data_batch_5.bin in DIR or in DIR/cifar-10-batches-bin)" */
+static const char *missing_hint(const split_files *f, char *buf, size_t size) {
+  char want[96];
+  snprintf(buf, size, " (CIFAR-10 %s needs %s in %s or in %s/" SUBFOLDER ")", f->split,
+           expected_files(f, want, sizeof want), f->dir, f->dir);
+  return buf;
+}
+
 /* The size of file i, checked as a CIFAR-10 file, into f->records[i]; reads nothing yet. */
 static lamp_status stat_file(split_files *f, size_t i) {
-  struct stat sb;
-  const char *path = f->paths[i];
-  if (stat(path, &sb) != 0) {
-    int err = errno;
-    char want[96];
-    return lamp_error(err == ENOENT ? LAMP_ERR_INVALID_USAGE : LAMP_ERR_SYSTEM,
-                      "cannot open %s: %s (CIFAR-10 %s needs %s in %s or in %s/" SUBFOLDER ")", path, strerror(err),
-                      f->split, expected_files(f, want, sizeof want), f->dir, f->dir);
-  }
-  if (!S_ISREG(sb.st_mode)) return lamp_error(LAMP_ERR_INVALID_USAGE, "%s: not a regular file", path);
-  size_t len = (uint64_t)sb.st_size > SIZE_MAX ? SIZE_MAX : (size_t)sb.st_size;
-  return check_size(path, len, &f->records[i]);
+  char hint[2048];
+  int fd;
+  uint64_t size;
+  lamp_status st = lamp_data_open(f->paths[i], missing_hint(f, hint, sizeof hint), &fd, &size);
+  if (st != LAMP_OK) return st;
+  close(fd);
+  return check_size(f->paths[i], size > SIZE_MAX ? SIZE_MAX : (size_t)size, &f->records[i]);
 }
 
 /* Reads exactly len bytes of path into buf; a file that changed size since stat is an error. */
 static lamp_status read_exactly(const char *path, uint8_t *buf, size_t len) {
-  FILE *fp = fopen(path, "rb");
-  if (fp == NULL) return lamp_error(LAMP_ERR_SYSTEM, "cannot open %s: %s", path, strerror(errno));
-  size_t got = fread(buf, 1, len, fp);
-  int failed = ferror(fp), more = got == len && fgetc(fp) != EOF;
-  fclose(fp);
-  if (failed) return lamp_error(LAMP_ERR_SYSTEM, "%s: read error", path);
-  if (got != len || more)
+  int fd;
+  uint64_t size;
+  lamp_status st = lamp_data_open(path, NULL, &fd, &size);
+  if (st != LAMP_OK) return st;
+  size_t got = 0;
+  uint8_t extra;
+  size_t more = 0;
+  st = lamp_data_read(path, fd, buf, len, &got);
+  if (st == LAMP_OK && got == len) st = lamp_data_read(path, fd, &extra, 1, &more);
+  close(fd);
+  if (st != LAMP_OK) return st;
+  if (got != len || more != 0)
     return lamp_error(LAMP_ERR_INVALID_USAGE, "%s: the file changed while it was read (%zu bytes expected)", path, len);
   return LAMP_OK;
 }

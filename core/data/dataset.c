@@ -41,6 +41,7 @@ typedef struct source {
   const char *dir;
   const char *label; /* "fashion-mnist" or the directory, prefixing "cannot open" messages */
   const char *hint;  /* appended to "No such file or directory", or "" */
+  size_t classes;    /* the data set's known class count, or 0 for a directory's (inferred) */
   float mean, std;
 } source;
 
@@ -51,6 +52,7 @@ static void resolve_source(const char *name_or_dir, source *src) {
     src->dir = env != NULL && env[0] != '\0' ? env : LAMP_FASHION_MNIST_DIR;
     src->label = "fashion-mnist";
     src->hint = " (install the Debian package dataset-fashion-mnist, or set LAMP_DATA_DIR)";
+    src->classes = LAMP_FASHION_MNIST_CLASSES;
     src->mean = LAMP_FASHION_MNIST_MEAN;
     src->std = LAMP_FASHION_MNIST_STD;
   } else {
@@ -58,6 +60,7 @@ static void resolve_source(const char *name_or_dir, source *src) {
     src->dir = name_or_dir;
     src->label = name_or_dir;
     src->hint = "";
+    src->classes = 0;
     src->mean = 0.0f;
     src->std = 1.0f;
   }
@@ -158,22 +161,77 @@ static void store_release(dataset_store *s) {
   free(s);
 }
 
-/* Reads and checks the images + labels pair into *images and *labels (zeroed on failure). */
+/*
+** Reads and checks the images + labels pair into *images and *labels (zeroed on failure);
+** *label_path (malloc'ed) names the labels file for later messages.
+*/
 static lamp_status load_pair(const source *src, const char *name, const char *split, lamp_idx *images,
-                             lamp_idx *labels) {
-  char *image_path = NULL, *label_path = NULL;
+                             lamp_idx *labels, char **label_path) {
+  char *image_path = NULL;
+  *label_path = NULL;
   memset(images, 0, sizeof *images); /* a missing images file returns before lamp_idx_read zeroes it */
   memset(labels, 0, sizeof *labels);
   lamp_status st = read_file(src, split, "-images-idx3-ubyte", images, &image_path);
-  if (st == LAMP_OK) st = read_file(src, split, "-labels-idx1-ubyte", labels, &label_path);
-  if (st == LAMP_OK) st = check_pair(name, images, labels, image_path, label_path);
+  if (st == LAMP_OK) st = read_file(src, split, "-labels-idx1-ubyte", labels, label_path);
+  if (st == LAMP_OK) st = check_pair(name, images, labels, image_path, *label_path);
   free(image_path);
-  free(label_path);
   if (st != LAMP_OK) {
     lamp_idx_free(images);
     lamp_idx_free(labels);
+    free(*label_path);
+    *label_path = NULL;
   }
   return st;
+}
+
+/* Every label is below classes; the first that is not is named with its index. */
+static lamp_status check_label_range(const char *name, const char *label_path, const uint8_t *labels, size_t n,
+                                     size_t classes, const char *why) {
+  for (size_t i = 0; i < n; i++)
+    if (labels[i] >= classes)
+      return lamp_error(LAMP_ERR_INVALID_USAGE, "%s: label %u at index %zu of %s is outside [0, %zu) (%s)", name,
+                        (unsigned)labels[i], i, label_path, classes, why);
+  return LAMP_OK;
+}
+
+/*
+** The class count of a directory's labels, inferred only when the labels present are exactly
+** 0..K-1: a gap means some class lacks samples or the labels are not class indices, and either
+** way the count cannot be known from the file.
+*/
+static lamp_status infer_classes(const char *name, const char *label_path, const uint8_t *labels, size_t n,
+                                 size_t *classes) {
+  int seen[256] = {0};
+  unsigned max = 0;
+  for (size_t i = 0; i < n; i++) {
+    seen[labels[i]] = 1;
+    if (labels[i] > max) max = labels[i];
+  }
+  for (unsigned c = 0; c < max; c++)
+    if (!seen[c])
+      return lamp_error(LAMP_ERR_INVALID_USAGE,
+                        "%s: cannot infer the number of classes: the labels in %s go up to %u but label %u never "
+                        "occurs, so they are not 0 to K-1; give the count with lamp.data.idx(dir, split, "
+                        "{classes = N})",
+                        name, label_path, max, c);
+  *classes = (size_t)max + 1;
+  return LAMP_OK;
+}
+
+/* The class count for the labels: the caller's, else the data set's own, else inferred. */
+static lamp_status resolve_classes(const source *src, const char *name, const char *label_path, const lamp_idx *labels,
+                                   size_t requested, size_t *classes) {
+  char why[64];
+  if (requested != 0) {
+    snprintf(why, sizeof why, "classes = %zu", requested);
+    *classes = requested;
+  } else if (src->classes != 0) {
+    snprintf(why, sizeof why, "%s has %zu classes", src->label, src->classes);
+    *classes = src->classes;
+  } else {
+    return infer_classes(name, label_path, labels->data, labels->nbytes, classes);
+  }
+  return check_label_range(name, label_path, labels->data, labels->nbytes, *classes, why);
 }
 
 static void fill_lut(lamp_dataset *ds) {
@@ -222,6 +280,10 @@ static lamp_status check_bytes(const lamp_dataset_bytes *src) {
   if (src->n > SIZE_MAX / numel || lamp_mem_size(src->pixels) < src->n * numel || lamp_mem_size(src->labels) < src->n)
     return lamp_error(LAMP_ERR_INVALID_ARG, "%s: the pixel or label block is smaller than %zu samples of %zu bytes",
                       name, src->n, numel);
+  for (size_t i = 0; src->classes != 0 && i < src->n; i++)
+    if (src->labels[i] >= src->classes)
+      return lamp_error(LAMP_ERR_INVALID_ARG, "%s: label %u at index %zu is outside [0, %zu)", name,
+                        (unsigned)src->labels[i], i, src->classes);
   if ((src->mean == NULL) != (src->std == NULL))
     return lamp_error(LAMP_ERR_INVALID_ARG, "%s: default normalisation needs both mean and std, or neither", name);
   for (int c = 0; src->std != NULL && c < src->channels; c++)
@@ -267,7 +329,7 @@ lamp_status lamp_dataset_adopt(lamp_dataset **out, lamp_dataset_bytes *src) {
   return st;
 }
 
-lamp_status lamp_dataset_idx(lamp_dataset **out, const char *name_or_dir, const char *split) {
+lamp_status lamp_dataset_idx_classes(lamp_dataset **out, const char *name_or_dir, const char *split, size_t classes) {
   if (out == NULL) return lamp_error(LAMP_ERR_INVALID_ARG, "dataset: output is NULL");
   *out = NULL;
   if (name_or_dir == NULL || split == NULL) return lamp_error(LAMP_ERR_INVALID_ARG, "dataset: name and split are required");
@@ -275,18 +337,31 @@ lamp_status lamp_dataset_idx(lamp_dataset **out, const char *name_or_dir, const 
   resolve_source(name_or_dir, &src);
   lamp_status st = check_split(src.label, split);
   if (st != LAMP_OK) return st;
+  if (classes > LAMP_IDX_MAX_CLASSES)
+    return lamp_error(LAMP_ERR_INVALID_ARG, "%s: classes must be 1 to %d (IDX labels are single bytes), got %zu",
+                      src.label, LAMP_IDX_MAX_CLASSES, classes);
   char *name = src.named ? concat(src.label, "/", split, "") : join_path(src.dir, split, "");
   if (name == NULL) return LAMP_ERR_SYSTEM;
   lamp_idx images, labels;
-  st = load_pair(&src, name, split, &images, &labels);
+  char *label_path;
+  st = load_pair(&src, name, split, &images, &labels, &label_path);
+  if (st == LAMP_OK) st = resolve_classes(&src, name, label_path, &labels, classes, &classes);
   if (st == LAMP_OK) {
     lamp_dataset_bytes bytes = {.name = name, .pixels = images.data, .labels = labels.data, .n = images.dims[0],
                                 .channels = 1, .rows = (int)images.dims[1], .cols = (int)images.dims[2],
-                                .mean = &src.mean, .std = &src.std};
-    st = lamp_dataset_adopt(out, &bytes);
+                                .classes = classes, .mean = &src.mean, .std = &src.std};
+    st = lamp_dataset_adopt(out, &bytes); /* takes the blocks, also on failure */
+  } else {
+    lamp_idx_free(&images);
+    lamp_idx_free(&labels);
   }
+  free(label_path);
   free(name);
   return st;
+}
+
+lamp_status lamp_dataset_idx(lamp_dataset **out, const char *name_or_dir, const char *split) {
+  return lamp_dataset_idx_classes(out, name_or_dir, split, 0);
 }
 
 lamp_status lamp_dataset_subset(lamp_dataset **out, lamp_dataset *src, size_t start, size_t count) {

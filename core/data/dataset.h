@@ -27,14 +27,25 @@ typedef struct lamp_dataset lamp_dataset;
 /* Fashion-MNIST's training-set pixel mean and standard deviation (as PyTorch's reference uses). */
 #define LAMP_FASHION_MNIST_MEAN 0.2860f
 #define LAMP_FASHION_MNIST_STD 0.3530f
+#define LAMP_FASHION_MNIST_CLASSES 10
+/* IDX labels are single unsigned bytes. */
+#define LAMP_IDX_MAX_CLASSES 256
 
 /*
 ** name_or_dir: "fashion-mnist" (the directory LAMP_DATA_DIR, or LAMP_FASHION_MNIST_DIR when
 ** that is unset or empty), or any other string as a directory path holding
 ** <split>-images-idx3-ubyte[.gz] and <split>-labels-idx1-ubyte[.gz] (write "./fashion-mnist"
 ** for a directory of that name). split: "train" or "t10k". The .gz file is tried first.
+**
+** The class count is "fashion-mnist"'s own (LAMP_FASHION_MNIST_CLASSES); for a directory it is
+** inferred, and only when the labels present are exactly 0..K-1 (a gap is refused, saying how
+** to give the count). Every label must lie in [0, classes); the first that does not is refused
+** naming its index and value.
 */
 lamp_status lamp_dataset_idx(lamp_dataset **out, const char *name_or_dir, const char *split);
+
+/* The same with the class count given: 1..LAMP_IDX_MAX_CLASSES, or 0 for the rule above. */
+lamp_status lamp_dataset_idx_classes(lamp_dataset **out, const char *name_or_dir, const char *split, size_t classes);
 
 /* What a reader hands over to make a data set (lamp_dataset_adopt). */
 typedef struct lamp_dataset_bytes {
@@ -43,7 +54,7 @@ typedef struct lamp_dataset_bytes {
   uint8_t *labels;            /* n bytes */
   size_t n;                   /* > 0 */
   int channels, rows, cols;   /* 1..LAMP_DATASET_MAX_CHANNELS, >= 1, >= 1 */
-  size_t classes;             /* 0: the largest label + 1 */
+  size_t classes;             /* 0: the largest label + 1; else every label must be below it */
   const float *mean, *std;    /* `channels` values each (copied), or NULL for 0 and 1 */
 } lamp_dataset_bytes;
 
@@ -66,7 +77,7 @@ lamp_dataset *lamp_dataset_retain(lamp_dataset *ds);
 void lamp_dataset_release(lamp_dataset *ds); /* NULL is a no-op */
 
 size_t lamp_dataset_size(const lamp_dataset *ds);
-/* Largest label + 1 over the whole file for IDX; 10 for CIFAR-10 (data/cifar.h). */
+/* The class count: given, known (10 for Fashion-MNIST and CIFAR-10) or inferred (lamp_dataset_idx). */
 size_t lamp_dataset_classes(const lamp_dataset *ds);
 /* Writes the per-sample shape, {channels, rows, cols} (e.g. {1, 28, 28}, {3, 32, 32}), into
    shape[0..3) and returns 3. */

@@ -1,45 +1,17 @@
 #include "data/idx.h"
 
-#include <errno.h>
 #include <stdio.h>
 #include <string.h>
-#include <zlib.h>
 
 #include "base/error.h"
+#include "data/stream.h"
 #include "tensor/memory.h"
 
 /* The payload buffer starts this small and doubles, so a header that promises far more data
 ** than the file holds costs at most twice what the file really contains, not the promise. */
 #define FIRST_CHUNK ((size_t)1 << 20)
-/* gzread takes an unsigned count and returns an int: read in pieces that fit both. */
-#define MAX_READ ((size_t)1 << 30)
 /* Counting trailing garbage stops here: a gzip bomb must not keep us busy. */
 #define TRAILING_COUNT_CAP ((size_t)1 << 20)
-
-/* A zlib failure: an I/O error from the OS, or corrupt compressed data. */
-static lamp_status gz_failure(const char *path, gzFile f) {
-  int errnum = Z_OK;
-  const char *msg = gzerror(f, &errnum);
-  if (errnum == Z_ERRNO) return lamp_error(LAMP_ERR_SYSTEM, "%s: read error: %s", path, strerror(errno));
-  if (errnum == Z_MEM_ERROR) return lamp_error(LAMP_ERR_SYSTEM, "%s: out of memory while decompressing", path);
-  /* zlib prefixes its message with the path it was opened with; ours already names it. */
-  size_t len = strlen(path);
-  if (strncmp(msg, path, len) == 0 && strncmp(msg + len, ": ", 2) == 0) msg += len + 2;
-  return lamp_error(LAMP_ERR_INVALID_USAGE, "%s: corrupt gzip data (zlib: %s)", path, msg);
-}
-
-/* Reads up to len bytes; *got < len only at the end of the file. */
-static lamp_status read_upto(const char *path, gzFile f, void *buf, size_t len, size_t *got) {
-  *got = 0;
-  while (*got < len) {
-    size_t want = len - *got < MAX_READ ? len - *got : MAX_READ;
-    int n = gzread(f, (char *)buf + *got, (unsigned)want);
-    if (n < 0) return gz_failure(path, f);
-    if (n == 0) break;
-    *got += (size_t)n;
-  }
-  return LAMP_OK;
-}
 
 static const char *type_name(unsigned code) {
   switch (code) {
@@ -106,17 +78,17 @@ static lamp_status check_dims(const char *path, const uint32_t *dims, int ndim, 
   return LAMP_OK;
 }
 
-static lamp_status read_header(const char *path, gzFile f, lamp_idx *out) {
+static lamp_status read_header(const char *path, lamp_data_stream *f, lamp_idx *out) {
   unsigned char head[4 + 4 * LAMP_IDX_MAX_DIMS];
   size_t got;
-  lamp_status st = read_upto(path, f, head, 4, &got);
+  lamp_status st = lamp_data_stream_read(f, head, 4, &got);
   if (st != LAMP_OK) return st;
   if (got == 0) return lamp_error(LAMP_ERR_INVALID_USAGE, "%s: empty file, not an IDX file", path);
   if (got < 4) return lamp_error(LAMP_ERR_INVALID_USAGE, "%s: truncated: expected 4 header bytes, found %zu", path, got);
   if ((st = check_magic(path, head)) != LAMP_OK) return st;
   int ndim = head[3];
   size_t want = 4 * (size_t)ndim;
-  if ((st = read_upto(path, f, head + 4, want, &got)) != LAMP_OK) return st;
+  if ((st = lamp_data_stream_read(f, head + 4, want, &got)) != LAMP_OK) return st;
   if (got < want)
     return lamp_error(LAMP_ERR_INVALID_USAGE, "%s: truncated: expected %zu header bytes, found %zu", path, 4 + want,
                       4 + got);
@@ -140,7 +112,7 @@ static lamp_status grow(uint8_t **buf, size_t used, size_t cap) {
 }
 
 /* Reads exactly out->nbytes into a fresh block, growing it only as the data really arrives. */
-static lamp_status read_payload(const char *path, gzFile f, lamp_idx *out) {
+static lamp_status read_payload(const char *path, lamp_data_stream *f, lamp_idx *out) {
   uint8_t *buf = NULL;
   size_t used = 0, cap = 0;
   lamp_status st = LAMP_OK;
@@ -150,7 +122,7 @@ static lamp_status read_payload(const char *path, gzFile f, lamp_idx *out) {
     if ((st = grow(&buf, used, next)) != LAMP_OK) break;
     cap = next;
     size_t got;
-    if ((st = read_upto(path, f, buf + used, cap - used, &got)) != LAMP_OK) break;
+    if ((st = lamp_data_stream_read(f, buf + used, cap - used, &got)) != LAMP_OK) break;
     used += got;
     if (used < cap)
       st = lamp_error(LAMP_ERR_INVALID_USAGE, "%s: truncated: expected %zu data bytes, found %zu", path, out->nbytes,
@@ -165,24 +137,20 @@ static lamp_status read_payload(const char *path, gzFile f, lamp_idx *out) {
 }
 
 /*
-** The file must end exactly where the data does. (zlib itself ignores non-gzip bytes after a
-** complete gzip stream; only bytes inside the decompressed stream can be seen here.)
+** The data must end exactly where the IDX header says. Reading on to the end of the stream is
+** also what makes the gzip reader check the last member's CRC-32 and length.
 */
-static lamp_status check_end(const char *path, gzFile f) {
+static lamp_status check_end(const char *path, lamp_data_stream *f) {
   unsigned char scratch[4096];
   size_t extra = 0, got;
   do {
-    lamp_status st = read_upto(path, f, scratch, sizeof scratch, &got);
+    lamp_status st = lamp_data_stream_read(f, scratch, sizeof scratch, &got);
     if (st != LAMP_OK) return st;
     extra += got;
   } while (got == sizeof scratch && extra < TRAILING_COUNT_CAP);
   if (extra >= TRAILING_COUNT_CAP)
     return lamp_error(LAMP_ERR_INVALID_USAGE, "%s: more than %zu unexpected bytes after the data", path, extra);
   if (extra > 0) return lamp_error(LAMP_ERR_INVALID_USAGE, "%s: %zu unexpected bytes after the data", path, extra);
-  /* A gzip stream cut inside its trailer still yields all the data; its checksum is unchecked. */
-  int errnum = Z_OK;
-  gzerror(f, &errnum);
-  if (errnum != Z_OK) return gz_failure(path, f);
   return LAMP_OK;
 }
 
@@ -190,16 +158,13 @@ lamp_status lamp_idx_read(const char *path, lamp_idx *out) {
   if (out == NULL) return lamp_error(LAMP_ERR_INVALID_ARG, "idx: output is NULL");
   memset(out, 0, sizeof *out);
   if (path == NULL) return lamp_error(LAMP_ERR_INVALID_ARG, "idx: path is NULL");
-  errno = 0;
-  gzFile f = gzopen(path, "rb");
-  if (f == NULL)
-    return lamp_error(errno == ENOENT ? LAMP_ERR_INVALID_USAGE : LAMP_ERR_SYSTEM, "cannot open %s: %s", path,
-                      errno ? strerror(errno) : "out of memory");
-  gzbuffer(f, 1u << 17); /* fewer, larger reads of the compressed file */
-  lamp_status st = read_header(path, f, out);
+  lamp_data_stream *f;
+  lamp_status st = lamp_data_stream_open(&f, path);
+  if (st != LAMP_OK) return st;
+  st = read_header(path, f, out);
   if (st == LAMP_OK) st = read_payload(path, f, out);
   if (st == LAMP_OK) st = check_end(path, f);
-  gzclose(f);
+  lamp_data_stream_close(f);
   if (st != LAMP_OK) lamp_idx_free(out);
   return st;
 }

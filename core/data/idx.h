@@ -1,10 +1,12 @@
 /*
 ** The IDX file format (LeCun's MNIST format, also used by Fashion-MNIST): a 4-byte magic
 ** 0x00 0x00 <type code> <ndim>, ndim big-endian uint32 dimensions, then the elements in
-** row-major order. Files may be gzip-compressed or raw; zlib reads both.
+** row-major order. Files may be gzip-compressed or raw (data/stream.h reads both).
 **
 ** Everything in the header is validated before any allocation sized from it, so a truncated,
 ** corrupt or hostile file is a clear error naming the path, never a crash or a huge allocation.
+** Only a regular file is read (a FIFO or a device is refused without blocking), and a gzip file
+** loads only when every member's CRC-32 and length check out.
 */
 #ifndef LAMP_DATA_IDX_H
 #define LAMP_DATA_IDX_H

@@ -4,11 +4,29 @@
 #include "data/loader.h"
 #include "lua/lua_util.h"
 
+static const char *const idx_fields[] = {"classes", NULL};
+
+/*
+** lamp.data.idx(name_or_dir, split = "train", {classes = N}): the options table may also stand
+** in the split's place. Without classes, "fashion-mnist" has its 10 and a directory's count is
+** inferred from labels that are exactly 0..K-1.
+*/
 static int data_idx(lua_State *L) {
   const char *name = luaL_checkstring(L, 1);
+  if (lua_istable(L, 2)) {
+    lua_settop(L, 2);
+    lua_pushnil(L);
+    lua_insert(L, 2); /* the options move to 3, the split to its default */
+  }
   const char *split = luaL_optstring(L, 2, "train");
+  lua_Integer classes = 0;
+  if (!lua_isnoneornil(L, 3)) {
+    luaL_checktype(L, 3, LUA_TTABLE);
+    lampL_check_fields(L, 3, "data.idx", idx_fields);
+    classes = lampL_optfield_range(L, 3, "data.idx", "classes", 0, 1, LAMP_IDX_MAX_CLASSES);
+  }
   lamp_dataset *ds;
-  lampL_check(L, lamp_dataset_idx(&ds, name, split));
+  lampL_check(L, lamp_dataset_idx_classes(&ds, name, split, (size_t)classes));
   lampL_pushbox(L, LAMP_DATASET_CLASS, ds, 0);
   return 1;
 }

@@ -1,7 +1,7 @@
 /*
-** libFuzzer harness for the IDX reader. lamp_idx_read takes a path (zlib reads gzip or raw
-** through it), so the input goes into an anonymous in-memory file and is read back through
-** /proc/self/fd: the real entry point, unchanged, with no disk I/O.
+** libFuzzer harness for the IDX reader, gzip checks included. lamp_idx_read takes a path (a
+** regular file, raw or gzip), so the input goes into an anonymous in-memory file (a regular
+** file) and is read back through /proc/self/fd: the real entry point, unchanged, no disk I/O.
 */
 #define _GNU_SOURCE
 #include <stdint.h>

@@ -12,9 +12,11 @@
 #include <cmocka.h>
 
 #include <math.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "base/error.h"
@@ -376,8 +378,33 @@ static void test_bad_file_in_directory(void **state) {
   /* A directory where a file should be. */
   remove(path);
   make_dir(path);
-  expect_dataset_error(dir, "train", LAMP_ERR_INVALID_USAGE, TMP "/bad/data_batch_4.bin: not a regular file");
+  expect_dataset_error(dir, "train", LAMP_ERR_INVALID_USAGE,
+                       TMP "/bad/data_batch_4.bin is a directory, not a regular file");
   free(b);
+}
+
+static void on_alarm(int sig) {
+  (void)sig;
+  static const char msg[] = "test_cifar: a read blocked for 10 s (a FIFO must be refused, not read)\n";
+  if (write(2, msg, sizeof msg - 1) < 0) _exit(2);
+  _exit(1);
+}
+
+/* A FIFO in a file's place is refused, named for what it is, without waiting for a writer (a
+   regression fails after 10 s instead of hanging the suite). */
+static void test_fifo_in_directory(void **state) {
+  (void)state;
+  signal(SIGALRM, on_alarm);
+  alarm(10);
+  remove(TMP "/fifo/test_batch.bin"); /* an earlier run's FIFO would block writing the files */
+  const char *dir = make_cifar_dir("fifo", 0);
+  char path[600];
+  snprintf(path, sizeof path, "%s/test_batch.bin", dir);
+  remove(path);
+  assert_int_equal(mkfifo(path, 0644), 0);
+  expect_dataset_error(dir, "test", LAMP_ERR_INVALID_USAGE, TMP "/fifo/test_batch.bin is a FIFO, not a regular file");
+  alarm(0);
+  signal(SIGALRM, SIG_DFL);
 }
 
 /* ---- per-channel normalisation ---------------------------------------------------------- */
@@ -509,6 +536,7 @@ int main(void) {
       cmocka_unit_test(test_missing_batch),
       cmocka_unit_test(test_missing_directory),
       cmocka_unit_test(test_bad_file_in_directory),
+      cmocka_unit_test(test_fifo_in_directory),
       cmocka_unit_test(test_channel_normalization),
       cmocka_unit_test(test_fashion_mnist_is_nchw),
       cmocka_unit_test(test_adopt),
