@@ -4,8 +4,9 @@
 --   build/lamp scripts/fmnist_resnet.lua [--epochs=3] [--batch=128] [--seed=0]
 --       [--precision=fp32|fp16|bf16] [--comm=auto] [--optim=sgd|adam|adamw] [--lr=] [--momentum=0.9]
 --       [--wd=] [--accum=1] [--clip=0] [--schedule=cosine|constant] [--limit=N]
---       [--save=DIR] [--save_every=STEPS] [--keep=3] [--resume=DIR]
+--       [--save=DIR] [--save_every=STEPS] [--keep=3] [--resume=DIR] [--start_over]
 --
+-- --save, --resume and --start_over work as in scripts/fmnist_mlp.lua.
 -- The default recipe is the reference one: SGD lr 0.05, momentum 0.9, batch 128, the learning
 -- rate falling to 0 along a cosine over the run (PyTorch reaches 89.7 % after 3 epochs).
 -- Images are [1, 28, 28], normalised as the reference does ((x/255 - 0.2860) / 0.3530).
@@ -20,7 +21,7 @@ local nn = lamp.nn
 local args = lamp.parse_args(arg, {
   epochs = 3, batch = 128, lr = "auto", momentum = 0.9, wd = "auto", seed = 0, precision = "fp32",
   comm = "auto", optim = "sgd", schedule = "cosine", accum = 1, clip = 0, limit = 0, data = "fashion-mnist",
-  save = "", save_every = 0, keep = 3, resume = "", bucket_mb = 25, device = "cpu",
+  save = "", save_every = 0, keep = 3, resume = "", start_over = false, bucket_mb = 25, device = "cpu",
 })
 
 lamp.device(args.device) -- before the communicator: "auto" asks the plugins, which see the run device

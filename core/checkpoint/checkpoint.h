@@ -168,24 +168,63 @@ lamp_status lamp_ckpt_info(const char *path, char **text);
 lamp_status lamp_ckpt_dir_path(char *out, size_t size, const char *dir, uint64_t step);
 
 /*
+** Writers of a folder take its lock, an advisory lock (flock) on <dir>/lamp.lock, for a whole
+** save and its pruning; a second writer, in this process or another, is refused at once:
+** "cannot write checkpoints into <dir>: process 4321 is writing there (it holds <dir>/lamp.lock)".
+** The lock dies with its process, so a writer that crashed never blocks the next one.
+*/
+
+/*
 ** Writes the checkpoint of `step` into dir (created if missing) atomically, then keeps the
 ** `keep` newest complete checkpoints and removes older ones, oldest first (keep <= 0 keeps
-** all). The path written goes to path_out when it is not NULL.
+** all), under the folder's lock. For a folder with one writer: it removes whatever is oldest.
+** A run of a trainer saves with lamp_ckpt_save_run instead. The path written goes to path_out
+** when it is not NULL.
 */
 lamp_status lamp_ckpt_save_dir(lamp_ckpt_writer *w, const char *dir, uint64_t step, int keep, char *path_out,
                                size_t path_size);
 
 /*
-** Removes all but the `keep` newest complete checkpoints of dir, oldest first. Only names
-** ckpt-<step>.lamp whose preamble and header check out count and are removed; *.tmp files and
-** damaged checkpoints are neither counted nor removed (a warning names them).
+** Removes all but the `keep` newest complete checkpoints of dir, oldest first, under the
+** folder's lock. Only names ckpt-<step>.lamp whose preamble and header check out count and are
+** removed; *.tmp files and damaged checkpoints are neither counted nor removed (a warning names
+** them).
 */
 lamp_status lamp_ckpt_prune(const char *dir, int keep);
 
 /*
+** A run: one line of training, across its resumes. A folder belongs to the run whose id
+** <dir>/lamp.owner holds ("run <16 hex digits>"); a folder without that file (an older lamp's)
+** belongs to an id derived from the folder, the one lamp_ckpt_dir_owner reports.
+*/
+typedef struct lamp_ckpt_run {
+  uint64_t id;    /* 0 before the run's first save or resume: a fresh id is drawn then */
+  int keep;       /* the newest `keep` complete checkpoints stay; <= 0 keeps all */
+  int start_over; /* another run's checkpoints move aside instead of refusing the save */
+} lamp_ckpt_run;
+
+/*
+** A run's save into dir, under the folder's lock. It writes only into a folder it owns, or one
+** without complete checkpoints (it then becomes the owner), and only its own folder is pruned,
+** so a save never deletes a checkpoint of another run. A folder holding another run's complete
+** checkpoints is refused: "cannot save into <dir>: it holds checkpoints of another run (newest:
+** step 16); resume from it, or start over (...)", unless run->start_over: then every checkpoint
+** file of dir and its lamp.owner move into a new <dir>/previous-<n> (nothing is deleted; that
+** folder can be resumed from) before this run writes. Then as lamp_ckpt_save_dir.
+*/
+lamp_status lamp_ckpt_save_run(lamp_ckpt_writer *w, const char *dir, uint64_t step, lamp_ckpt_run *run, char *path_out,
+                               size_t path_size);
+
+/* The id of the run that owns dir: what a run resuming from dir adopts. 0 when dir is missing. */
+lamp_status lamp_ckpt_dir_owner(const char *dir, uint64_t *run_id);
+
+/*
 ** The newest complete checkpoint of dir: the highest step whose file validates completely.
 ** *.tmp files are ignored and damaged files skipped, each named in a log line with the reason.
-** *found is 0 (and LAMP_OK returned) when dir is missing or holds no complete checkpoint.
+** *found is 0 (and LAMP_OK returned) when dir is missing or holds no checkpoint but unfinished
+** *.tmp files. A folder whose checkpoints are all damaged is refused, naming each file and why:
+** "cannot resume from <dir>: its 2 checkpoints are all damaged (move them away to start
+** afresh):\n  <dir>/ckpt-00000004.lamp: truncated: ...".
 */
 lamp_status lamp_ckpt_latest(const char *dir, char *path_out, size_t path_size, uint64_t *step, int *found);
 

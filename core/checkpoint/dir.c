@@ -3,21 +3,38 @@
 ** the newest complete one to resume from. Completeness comes from the atomic rename (a file
 ** under its final name was fully written and synced) and is confirmed by validation, so a
 ** *.tmp left by a killed save or a file damaged later is never picked.
+**
+** Two more files live beside the checkpoints:
+**   lamp.lock   the writers' lock (flock): held for a whole save and its pruning, it holds the
+**               holder's pid for the message that refuses a second writer. The kernel drops the
+**               lock when its process dies, so a crashed writer never blocks the next one.
+**   lamp.owner  "run <16 hex digits>": the run whose checkpoints these are. A run saves and prunes
+**               only in a folder it owns (see lamp_ckpt_save_run). A folder without it (written by
+**               an older lamp) is owned by an id derived from the folder itself, which a run that
+**               resumes from the folder adopts.
 */
 #include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "base/error.h"
 #include "base/log.h"
+#include "checkpoint/atomic_file.h"
 #include "checkpoint/checkpoint.h"
 #include "checkpoint/reader_internal.h"
 
 #define WHO "checkpoint"
+#define LOCK_NAME "lamp.lock"
+#define OWNER_NAME "lamp.owner"
+#define ASIDE_PREFIX "previous-"
+#define PATH_CAP 4400
 
 typedef struct candidate {
   uint64_t step;
@@ -120,8 +137,199 @@ static lamp_status make_folder(const char *dir) {
   return LAMP_OK;
 }
 
-lamp_status lamp_ckpt_prune(const char *dir, int keep) {
-  if (dir == NULL) return lamp_error(LAMP_ERR_INVALID_ARG, "checkpoint: folder is NULL");
+/* ---- the writers' lock --------------------------------------------------------------------- */
+
+/* The pid a lock holder wrote into the lock file; 0 when there is none yet. */
+static long holder_pid(int fd) {
+  char text[32] = "";
+  ssize_t n = pread(fd, text, sizeof text - 1, 0);
+  long pid = 0;
+  if (n > 0) {
+    text[n] = '\0';
+    if (sscanf(text, "pid %ld", &pid) != 1 || pid <= 0) pid = 0;
+  }
+  return pid;
+}
+
+static lamp_status refuse_second_writer(const char *dir, const char *path, int fd) {
+  long pid = holder_pid(fd);
+  if (pid == (long)getpid())
+    return lamp_error(LAMP_ERR_INVALID_USAGE,
+                      "cannot write checkpoints into %s: this process (pid %ld) is already writing there (it holds %s)",
+                      dir, pid, path);
+  if (pid > 0)
+    return lamp_error(LAMP_ERR_INVALID_USAGE,
+                      "cannot write checkpoints into %s: process %ld is writing there (it holds %s)", dir, pid, path);
+  return lamp_error(LAMP_ERR_INVALID_USAGE, "cannot write checkpoints into %s: another process is writing there (it holds %s)",
+                    dir, path);
+}
+
+/* Takes dir's lock (the folder exists) and writes this process's pid into it; *fd holds it. */
+static lamp_status lock_folder(const char *dir, int *fd) {
+  char path[PATH_CAP];
+  join(path, sizeof path, dir, LOCK_NAME);
+  lamp_status st = ckpt_open_regular(path, O_RDWR | O_CREAT, fd, NULL);
+  if (st != LAMP_OK) return st;
+  if (flock(*fd, LOCK_EX | LOCK_NB) != 0) {
+    if (errno == EWOULDBLOCK) {
+      st = refuse_second_writer(dir, path, *fd);
+      close(*fd);
+      *fd = -1;
+      return st;
+    }
+    /* A filesystem without flock: checkpoints without the protection rather than none. */
+    lamp_log(LAMP_LOG_WARN, WHO, "cannot lock %s (%s): a second writer into %s would not be refused", path,
+             strerror(errno), dir);
+    return LAMP_OK;
+  }
+  char text[32];
+  int len = snprintf(text, sizeof text, "pid %ld\n", (long)getpid());
+  if (ftruncate(*fd, 0) != 0 || pwrite(*fd, text, (size_t)len, 0) != len)
+    lamp_log(LAMP_LOG_DEBUG, WHO, "cannot write the pid into %s: %s", path, strerror(errno));
+  return LAMP_OK;
+}
+
+/* Closing drops the flock. The file stays: removing it would let a writer that opened it a
+   moment ago lock an orphan while a third one creates and locks a new file. */
+static void unlock_folder(int fd) {
+  if (fd >= 0) close(fd);
+}
+
+/* ---- the owning run ------------------------------------------------------------------------ */
+
+static uint64_t mix64(uint64_t x) { /* splitmix64's finaliser */
+  x ^= x >> 30;
+  x *= 0xbf58476d1ce4e5b9ULL;
+  x ^= x >> 27;
+  x *= 0x94d049bb133111ebULL;
+  return x ^ (x >> 31);
+}
+
+/* A new run's id: never 0 (which means "none yet"). */
+static uint64_t draw_run_id(void) {
+  static uint64_t counter;
+  uint64_t seed = 0;
+  int fd = open("/dev/urandom", O_RDONLY | O_CLOEXEC);
+  if (fd >= 0) {
+    if (read(fd, &seed, sizeof seed) != (ssize_t)sizeof seed) seed = 0;
+    close(fd);
+  }
+  struct timespec ts;
+  clock_gettime(CLOCK_REALTIME, &ts);
+  uint64_t id = mix64(seed ^ (uint64_t)ts.tv_nsec ^ ((uint64_t)ts.tv_sec << 30) ^ ((uint64_t)getpid() << 16) ^ ++counter);
+  return id ? id : 1;
+}
+
+/* The owner of a folder without lamp.owner: the same id for everyone who asks while the folder
+   exists, so that a run resuming from it may go on saving into it. */
+static lamp_status implicit_owner(const char *dir, uint64_t *id) {
+  struct stat sb;
+  if (stat(dir, &sb) != 0) {
+    *id = 0;
+    if (errno == ENOENT) return LAMP_OK;
+    return lamp_error(LAMP_ERR_INVALID_USAGE, "cannot stat folder %s: %s", dir, strerror(errno));
+  }
+  *id = mix64(mix64((uint64_t)sb.st_dev) ^ (uint64_t)sb.st_ino) | 1;
+  return LAMP_OK;
+}
+
+/* lamp.owner's id; *present = 0 when the file is missing or unreadable (then the implicit one). */
+static lamp_status folder_owner(const char *dir, uint64_t *id, int *present) {
+  char path[PATH_CAP];
+  join(path, sizeof path, dir, OWNER_NAME);
+  *present = 0;
+  int fd;
+  struct stat sb;
+  if (stat(path, &sb) == 0 && ckpt_open_regular(path, O_RDONLY, &fd, NULL) == LAMP_OK) {
+    char text[64] = "";
+    ssize_t n = pread(fd, text, sizeof text - 1, 0);
+    close(fd);
+    unsigned long long v = 0;
+    if (n > 0 && sscanf(text, "run %16llx", &v) == 1 && v != 0) {
+      *id = v;
+      *present = 1;
+      return LAMP_OK;
+    }
+    lamp_log(LAMP_LOG_WARN, WHO, "ignoring %s: it does not hold \"run <16 hex digits>\"", path);
+  }
+  lamp_error_clear();
+  return implicit_owner(dir, id);
+}
+
+static lamp_status write_owner(const char *dir, uint64_t id) {
+  char path[PATH_CAP], text[32];
+  join(path, sizeof path, dir, OWNER_NAME);
+  int len = snprintf(text, sizeof text, "run %016llx\n", (unsigned long long)id);
+  ckpt_atomic_file f;
+  lamp_status st = ckpt_atomic_open(&f, path);
+  if (st == LAMP_OK) st = ckpt_atomic_write(&f, text, (size_t)len);
+  if (st == LAMP_OK) st = ckpt_atomic_commit(&f);
+  return st;
+}
+
+lamp_status lamp_ckpt_dir_owner(const char *dir, uint64_t *run_id) {
+  if (dir == NULL || run_id == NULL) return lamp_error(LAMP_ERR_INVALID_ARG, "checkpoint: NULL folder or output");
+  int present;
+  return folder_owner(dir, run_id, &present);
+}
+
+/* ---- what a folder holds ------------------------------------------------------------------ */
+
+/* Complete = under a final name, with a valid preamble and header checksum. */
+static int is_complete(const char *dir, const candidate *c) {
+  char path[PATH_CAP];
+  join(path, sizeof path, dir, c->name);
+  return !c->is_tmp && ckpt_quick_check(path) == LAMP_OK;
+}
+
+/* How many complete checkpoints the listing holds, and the newest one's step. */
+static size_t count_complete(const char *dir, const candidate *items, size_t n, uint64_t *newest) {
+  size_t count = 0;
+  for (size_t i = n; i-- > 0;) {
+    if (!is_complete(dir, &items[i])) continue;
+    if (count++ == 0) *newest = items[i].step;
+  }
+  lamp_error_clear();
+  return count;
+}
+
+/* A new dir/previous-<k>, the first k free. */
+static lamp_status make_aside_folder(const char *dir, char *aside, size_t size) {
+  for (int k = 1; k < 1000000; k++) {
+    snprintf(aside, size, "%s/" ASIDE_PREFIX "%d", dir, k);
+    if (mkdir(aside, 0755) == 0) return LAMP_OK;
+    if (errno != EEXIST) return lamp_error(LAMP_ERR_SYSTEM, "cannot create folder %s: %s", aside, strerror(errno));
+  }
+  return lamp_error(LAMP_ERR_SYSTEM, "%s: no free name for a folder " ASIDE_PREFIX "<n>", dir);
+}
+
+static lamp_status move_into(const char *dir, const char *aside, const char *name, int missing_ok) {
+  char from[PATH_CAP], to[PATH_CAP + 256];
+  join(from, sizeof from, dir, name);
+  join(to, sizeof to, aside, name);
+  if (rename(from, to) == 0 || (missing_ok && errno == ENOENT)) return LAMP_OK;
+  return lamp_error(LAMP_ERR_SYSTEM, "cannot move %s into %s: %s", from, aside, strerror(errno));
+}
+
+/* Starting over: every checkpoint of dir (complete, damaged or unfinished) and its owner file
+   move into a new dir/previous-<k>. Nothing is deleted, and that folder can be resumed from. */
+static lamp_status set_aside(const char *dir, const candidate *items, size_t n, uint64_t newest, size_t complete) {
+  char aside[PATH_CAP];
+  lamp_status st = make_aside_folder(dir, aside, sizeof aside);
+  for (size_t i = n; st == LAMP_OK && i-- > 0;) st = move_into(dir, aside, items[i].name, 0);
+  if (st == LAMP_OK) st = move_into(dir, aside, OWNER_NAME, 1);
+  if (st == LAMP_OK) st = ckpt_sync_folder(aside);
+  if (st == LAMP_OK) st = ckpt_sync_folder(dir);
+  if (st != LAMP_OK) return lamp_error_context(st, "starting over in %s", dir);
+  lamp_log(LAMP_LOG_INFO, WHO, "starting over in %s: moved its %zu checkpoint file%s (%zu complete, newest: step %llu) into %s",
+           dir, n, n == 1 ? "" : "s", complete, (unsigned long long)newest, aside);
+  return LAMP_OK;
+}
+
+/* ---- pruning ------------------------------------------------------------------------------- */
+
+/* Removes all but the `keep` newest complete checkpoints; the caller holds the lock. */
+static lamp_status prune_locked(const char *dir, int keep) {
   if (keep <= 0) return LAMP_OK;
   candidate *items;
   size_t n;
@@ -135,7 +343,7 @@ lamp_status lamp_ckpt_prune(const char *dir, int keep) {
     return lamp_error(LAMP_ERR_SYSTEM, "%s: out of memory", dir);
   }
   int kept = 0;
-  char path[4400];
+  char path[PATH_CAP];
   for (size_t i = n; i-- > 0;) {
     if (items[i].is_tmp) continue;
     join(path, sizeof path, dir, items[i].name);
@@ -160,18 +368,113 @@ lamp_status lamp_ckpt_prune(const char *dir, int keep) {
   return st;
 }
 
+lamp_status lamp_ckpt_prune(const char *dir, int keep) {
+  if (dir == NULL) return lamp_error(LAMP_ERR_INVALID_ARG, "checkpoint: folder is NULL");
+  if (keep <= 0) return LAMP_OK;
+  struct stat sb;
+  if (stat(dir, &sb) != 0 && errno == ENOENT) return LAMP_OK; /* nothing to prune, and no lock file to leave */
+  int fd;
+  lamp_status st = lock_folder(dir, &fd);
+  if (st == LAMP_OK) st = prune_locked(dir, keep);
+  unlock_folder(fd);
+  return st;
+}
+
+/* ---- saving -------------------------------------------------------------------------------- */
+
+/* The checkpoint is written; then older ones go. The new one is safe on disk by then, so a
+   failure to tidy up must not hide that. */
+static lamp_status write_then_prune(lamp_ckpt_writer *w, const char *dir, const char *path, int keep) {
+  lamp_status st = lamp_ckpt_write_atomic(w, path);
+  if (st != LAMP_OK) return st;
+  if (prune_locked(dir, keep) != LAMP_OK)
+    lamp_log(LAMP_LOG_WARN, WHO, "saved %s, but removing older checkpoints failed: %s", path, lamp_last_error());
+  return LAMP_OK;
+}
+
+static lamp_status copy_out(char *out, size_t size, const char *path) {
+  if (out != NULL && size > 0) snprintf(out, size, "%s", path);
+  return LAMP_OK;
+}
+
 lamp_status lamp_ckpt_save_dir(lamp_ckpt_writer *w, const char *dir, uint64_t step, int keep, char *path_out,
                                size_t path_size) {
   char path[4096];
+  int fd = -1;
   lamp_status st = lamp_ckpt_dir_path(path, sizeof path, dir, step);
   if (st == LAMP_OK) st = make_folder(dir);
-  if (st == LAMP_OK) st = lamp_ckpt_write_atomic(w, path);
-  if (st != LAMP_OK) return st;
-  if (path_out != NULL && path_size > 0) snprintf(path_out, path_size, "%s", path);
-  /* The new checkpoint is safe on disk; a failure to tidy up older ones must not hide that. */
-  if (lamp_ckpt_prune(dir, keep) != LAMP_OK)
-    lamp_log(LAMP_LOG_WARN, WHO, "saved %s, but removing older checkpoints failed: %s", path, lamp_last_error());
-  return LAMP_OK;
+  if (st == LAMP_OK) st = lock_folder(dir, &fd);
+  if (st == LAMP_OK) st = write_then_prune(w, dir, path, keep);
+  unlock_folder(fd);
+  return st == LAMP_OK ? copy_out(path_out, path_size, path) : st;
+}
+
+/* Whether run may write into dir (the caller holds the lock): it owns the folder, or the folder
+   holds no complete checkpoint, or it starts over (the others move aside). */
+static lamp_status claim(const char *dir, lamp_ckpt_run *run) {
+  candidate *items;
+  size_t n;
+  int missing, present;
+  uint64_t owner, newest = 0;
+  lamp_status st = list_dir(dir, &items, &n, &missing);
+  if (st == LAMP_OK) st = folder_owner(dir, &owner, &present);
+  if (st != LAMP_OK) {
+    free(items);
+    return st;
+  }
+  if (run->id == 0) run->id = draw_run_id();
+  size_t complete = count_complete(dir, items, n, &newest);
+  if (owner != run->id && run->start_over && n > 0) st = set_aside(dir, items, n, newest, complete);
+  else if (owner != run->id && complete > 0)
+    st = lamp_error(LAMP_ERR_INVALID_USAGE,
+                    "cannot save into %s: it holds checkpoints of another run (newest: step %llu); resume from it, "
+                    "or start over (start_over: its checkpoints move into %s/" ASIDE_PREFIX "<n>)",
+                    dir, (unsigned long long)newest, dir);
+  free(items);
+  if (st == LAMP_OK && (owner != run->id || !present)) st = write_owner(dir, run->id);
+  return st;
+}
+
+lamp_status lamp_ckpt_save_run(lamp_ckpt_writer *w, const char *dir, uint64_t step, lamp_ckpt_run *run, char *path_out,
+                               size_t path_size) {
+  if (run == NULL) return lamp_error(LAMP_ERR_INVALID_ARG, "checkpoint: the run is NULL");
+  char path[4096];
+  int fd = -1;
+  lamp_status st = lamp_ckpt_dir_path(path, sizeof path, dir, step);
+  if (st == LAMP_OK) st = make_folder(dir);
+  if (st == LAMP_OK) st = lock_folder(dir, &fd);
+  if (st == LAMP_OK) st = claim(dir, run);
+  if (st == LAMP_OK) st = write_then_prune(w, dir, path, run->keep);
+  unlock_folder(fd);
+  return st == LAMP_OK ? copy_out(path_out, path_size, path) : st;
+}
+
+/* ---- the newest complete checkpoint ----------------------------------------------------------- */
+
+/* The reasons damaged files were skipped, for the message that refuses a folder of nothing else. */
+typedef struct skip_list {
+  size_t count;
+  size_t used;
+  size_t listed;
+  char text[LAMP_ERROR_MAX - 400];
+} skip_list;
+
+static void note_skipped(skip_list *s, const char *reason) {
+  s->count++;
+  size_t len = strlen(reason);
+  if (s->used + len + 4 >= sizeof s->text) return; /* the log has every one of them */
+  s->used += (size_t)snprintf(s->text + s->used, sizeof s->text - s->used, "\n  %s", reason);
+  s->listed++;
+}
+
+static lamp_status refuse_all_damaged(const char *dir, const skip_list *s) {
+  char more[96] = "";
+  if (s->listed < s->count)
+    snprintf(more, sizeof more, "\n  ... and %zu more (each is named in the log)", s->count - s->listed);
+  return lamp_error(LAMP_ERR_INVALID_USAGE,
+                    "cannot resume from %s: its %zu checkpoint%s %s damaged (move %s away to start afresh):%s%s", dir,
+                    s->count, s->count == 1 ? "" : "s", s->count == 1 ? "is" : "are all", s->count == 1 ? "it" : "them",
+                    s->text, more);
 }
 
 lamp_status lamp_ckpt_latest(const char *dir, char *path_out, size_t path_size, uint64_t *step, int *found) {
@@ -183,11 +486,11 @@ lamp_status lamp_ckpt_latest(const char *dir, char *path_out, size_t path_size, 
   lamp_status st = list_dir(dir, &items, &n, &missing);
   if (st != LAMP_OK) return st;
   if (missing) {
-    lamp_log(LAMP_LOG_INFO, WHO, "no checkpoint to resume: folder %s does not exist", dir);
+    lamp_log(LAMP_LOG_INFO, WHO, "no checkpoint in %s: the folder does not exist", dir);
     return LAMP_OK;
   }
-  char path[4400];
-  size_t skipped = 0;
+  char path[PATH_CAP];
+  skip_list skipped = {0};
   for (size_t i = n; i-- > 0 && !*found;) {
     join(path, sizeof path, dir, items[i].name);
     if (items[i].is_tmp) {
@@ -197,7 +500,7 @@ lamp_status lamp_ckpt_latest(const char *dir, char *path_out, size_t path_size, 
     lamp_ckpt *c;
     if (lamp_ckpt_open(&c, path) != LAMP_OK) {
       lamp_log(LAMP_LOG_WARN, WHO, "skipping %s", lamp_last_error()); /* the message names path */
-      skipped++;
+      note_skipped(&skipped, lamp_last_error());
       continue;
     }
     lamp_ckpt_close(c);
@@ -209,9 +512,10 @@ lamp_status lamp_ckpt_latest(const char *dir, char *path_out, size_t path_size, 
     *found = 1;
   }
   free(items);
-  if (st == LAMP_OK && !*found)
-    lamp_log(skipped ? LAMP_LOG_WARN : LAMP_LOG_INFO, WHO, "no complete checkpoint in %s (%zu damaged file%s skipped)",
-             dir, skipped, skipped == 1 ? "" : "s");
-  if (st == LAMP_OK) lamp_error_clear();
-  return st;
+  if (st != LAMP_OK) return st;
+  /* Damaged files and nothing else: starting afresh would bury them under a new run. */
+  if (!*found && skipped.count > 0) return refuse_all_damaged(dir, &skipped);
+  if (!*found) lamp_log(LAMP_LOG_INFO, WHO, "no complete checkpoint in %s", dir);
+  lamp_error_clear();
+  return LAMP_OK;
 }

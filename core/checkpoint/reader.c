@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "base/error.h"
+#include "checkpoint/atomic_file.h"
 #include "checkpoint/format.h"
 #include "checkpoint/reader_internal.h"
 #include "tensor/memory.h"
@@ -216,23 +217,12 @@ static lamp_status read_fully(const char *path, int fd, uint8_t *buf, size_t len
   return LAMP_OK;
 }
 
+/* Never blocks: a FIFO or a device named as a checkpoint is refused, naming what it is. */
 static lamp_status open_file(const char *path, int *fd, size_t *len) {
-  *fd = open(path, O_RDONLY | O_CLOEXEC);
-  if (*fd < 0)
-    return lamp_error(errno == ENOENT || errno == EACCES || errno == ENOTDIR ? LAMP_ERR_INVALID_USAGE : LAMP_ERR_SYSTEM,
-                      "cannot open %s: %s", path, strerror(errno));
   struct stat sb;
-  if (fstat(*fd, &sb) != 0) {
-    int errnum = errno;
-    close(*fd);
-    return lamp_error(LAMP_ERR_SYSTEM, "cannot stat %s: %s", path, strerror(errnum));
-  }
-  if (!S_ISREG(sb.st_mode)) {
-    close(*fd);
-    return lamp_error(LAMP_ERR_INVALID_USAGE, "%s: not a regular file", path);
-  }
-  *len = (size_t)sb.st_size;
-  return LAMP_OK;
+  lamp_status st = ckpt_open_regular(path, O_RDONLY, fd, &sb);
+  if (st == LAMP_OK) *len = (size_t)sb.st_size;
+  return st;
 }
 
 /* The preamble of an open file, checked against the file's size. */

@@ -1,7 +1,8 @@
 /*
 ** lamp.checkpoint.info(path) -> string: the header and tensor table of a checkpoint, for a
 ** script to print (the file is validated completely first; a bad file raises its message).
-** lamp.checkpoint.latest(dir) -> path, step | nil: the newest complete checkpoint of a folder.
+** lamp.checkpoint.latest(dir) -> path, step | nil: the newest complete checkpoint of a folder
+** (nil for an empty or missing one; a folder whose checkpoints are all damaged raises).
 */
 #include <stdlib.h>
 

@@ -217,28 +217,34 @@ static int trainer_epoch(lua_State *L) {
   return 1;
 }
 
-/* trainer:save(path) or trainer:save{dir=, keep=} -> the path written (on every rank) */
+/*
+** trainer:save(path) or trainer:save{dir=, keep=, start_over=} -> the path written (on every rank).
+** start_over = true: another run's checkpoints in dir move into dir/previous-<n> instead of the
+** save being refused.
+*/
 static int trainer_save(lua_State *L) {
-  static const char *const fields[] = {"dir", "keep", NULL};
+  static const char *const fields[] = {"dir", "keep", "start_over", NULL};
   lamp_trainer *t = lampL_checkobject(L, 1, LAMP_TRAINER_CLASS);
   char written[4096];
   if (lua_type(L, 2) == LUA_TSTRING) {
     lampL_check(L, lamp_trainer_save(t, lua_tostring(L, 2), written, sizeof written));
   } else {
     if (lua_type(L, 2) != LUA_TTABLE)
-      luaL_error(L, "trainer:save: expected a path or a table {dir=, keep=}, got %s", luaL_typename(L, 2));
+      luaL_error(L, "trainer:save: expected a path or a table {dir=, keep=, start_over=}, got %s", luaL_typename(L, 2));
     lampL_check_fields(L, 2, "trainer:save", fields);
     if (lua_getfield(L, 2, "dir") != LUA_TSTRING) luaL_error(L, "trainer:save: 'dir' must be a string, got %s", luaL_typename(L, -1));
     const char *dir = lua_tostring(L, -1);
     lua_Integer keep = lampL_optfield_integer(L, 2, "trainer:save", "keep", 0);
     if (keep < 0 || keep > 1000000) luaL_error(L, "trainer:save: 'keep' must be in [0, 1000000] (0 keeps all), got %I", keep);
-    lampL_check(L, lamp_trainer_save_dir(t, dir, (int)keep, written, sizeof written));
+    int start_over = lampL_optfield_boolean(L, 2, "trainer:save", "start_over", 0);
+    lampL_check(L, lamp_trainer_save_dir(t, dir, (int)keep, start_over, written, sizeof written));
   }
   lua_pushstring(L, written);
   return 1;
 }
 
-/* trainer:resume(path_or_dir) -> the path resumed from, or nil when the folder holds none */
+/* trainer:resume(path_or_dir) -> the path resumed from, or nil when the folder is missing or holds
+   none (one whose checkpoints are all damaged raises, naming each) */
 static int trainer_resume(lua_State *L) {
   lamp_trainer *t = lampL_checkobject(L, 1, LAMP_TRAINER_CLASS);
   const char *from = luaL_checkstring(L, 2);
@@ -270,13 +276,13 @@ static int trainer_stats(lua_State *L) {
   lua_createtable(L, 0, 15);
   lampL_setinteger(L, "steps", (lua_Integer)s.steps);
   lampL_setinteger(L, "skipped_steps", (lua_Integer)s.skipped_steps);
+  lampL_setinteger(L, "skipped_in_a_row", (lua_Integer)s.skipped_in_a_row);
   lampL_setinteger(L, "micro_steps", (lua_Integer)s.micro_steps);
   lampL_setinteger(L, "samples", (lua_Integer)s.samples);
   lampL_setinteger(L, "epochs", (lua_Integer)lamp_trainer_epochs_done(t));
   lampL_setnumber(L, "loss", s.last_loss);
   lampL_setnumber(L, "grad_norm", s.grad_norm);
   lampL_setnumber(L, "lr", s.lr);
-  lampL_setinteger(L, "skipped_in_a_row", (lua_Integer)s.skipped_in_a_row);
   lampL_setnumber(L, "loss_scale", s.loss_scale);
   lampL_setinteger(L, "world", s.world);
   lampL_setinteger(L, "batch", (lua_Integer)s.batch);

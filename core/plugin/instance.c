@@ -298,22 +298,50 @@ lamp_status lamp_precision_stats(lamp_precision *p, lamp_scaler_stats *out) {
   return st;
 }
 
+/* The plugin must report at most the bytes it was given: reading past the buffer would copy
+   the core's own memory into the checkpoint. */
 lamp_status lamp_precision_save_state(lamp_precision *p, void *buf, size_t *size) {
   lamp_status (*save)(void *, void *, size_t *) = OPTIONAL(p->t, lamp_precision_v1, save_state);
   if (save == NULL) {
     *size = 0;
     return LAMP_OK;
   }
-  return PLUGIN_CALL(&p->in, "save_state", save(p->in.state, buf, size));
+  size_t given = *size;
+  lamp_status st = PLUGIN_CALL(&p->in, "save_state", save(p->in.state, buf, size));
+  if (st == LAMP_OK && buf != NULL && *size > given)
+    return lamp_error(LAMP_ERR_INTERNAL,
+                      "%s: save_state reported %zu bytes, more than the %zu-byte buffer it was given",
+                      name_of(&p->in), *size, given);
+  return st;
+}
+
+static lamp_status no_state(const lamp_precision *p, size_t size) {
+  if (size == 0) return LAMP_OK;
+  return lamp_error(LAMP_ERR_INVALID_USAGE,
+                    "%s: has no scaler state, the checkpoint holds %zu bytes", name_of(&p->in),
+                    size);
 }
 
 lamp_status lamp_precision_load_state(lamp_precision *p, const void *buf, size_t size) {
   lamp_status (*load)(void *, const void *, size_t) = OPTIONAL(p->t, lamp_precision_v1, load_state);
   if (load != NULL) return PLUGIN_CALL(&p->in, "load_state", load(p->in.state, buf, size));
-  if (size == 0) return LAMP_OK;
-  return lamp_error(LAMP_ERR_INVALID_USAGE,
-                    "%s: has no scaler state, the checkpoint holds %zu bytes", name_of(&p->in),
-                    size);
+  return no_state(p, size);
+}
+
+/*
+** The ABI has no "check": the state is loaded into a scratch object of the same plugin, made
+** with the same options, and thrown away, so the live one is never touched by a refusal.
+*/
+lamp_status lamp_precision_check_state(lamp_precision *p, const void *buf, size_t size) {
+  lamp_status (*load)(void *, const void *, size_t) = OPTIONAL(p->t, lamp_precision_v1, load_state);
+  if (load == NULL) return no_state(p, size);
+  void *scratch = NULL;
+  lamp_status st = PLUGIN_CALL(&p->in, "create",
+                               p->t->create(lamp_host_get(), p->in.ctx, p->in.params, &scratch));
+  if (st != LAMP_OK) return st;
+  st = PLUGIN_CALL(&p->in, "load_state", load(scratch, buf, size));
+  p->t->destroy(scratch);
+  return st;
 }
 
 /* }====================================================== */

@@ -61,10 +61,15 @@ lamp_status lamp_precision_stats(lamp_precision *p, lamp_scaler_stats *out);
 /*
 ** Scaler state for checkpoints. With buf NULL, *size receives the bytes needed (0 for a
 ** stateless plugin, whose save_state is absent). Loading 0 bytes into a stateless plugin is
-** fine; loading more is "fp32: has no scaler state, the checkpoint holds 24 bytes".
+** fine; loading more is "fp32: has no scaler state, the checkpoint holds 24 bytes". A save_state
+** that reports more bytes than its buffer holds is refused: "<plugin>: save_state reported 4096
+** bytes, more than the 24-byte buffer it was given".
 */
 lamp_status lamp_precision_save_state(lamp_precision *p, void *buf, size_t *size);
 lamp_status lamp_precision_load_state(lamp_precision *p, const void *buf, size_t size);
+/* Whether load_state would accept this state, without changing p: a resume checks it before it
+   changes anything. The refusal is load_state's own message. */
+lamp_status lamp_precision_check_state(lamp_precision *p, const void *buf, size_t size);
 
 /* Comm. */
 int lamp_comm_rank(lamp_comm *c);

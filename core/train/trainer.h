@@ -124,17 +124,26 @@ lamp_status lamp_trainer_stats_get(lamp_trainer *t, lamp_trainer_stats *out);
 lamp_status lamp_trainer_set_param_options(lamp_trainer *t, size_t i, double lr_mult, int decay);
 lamp_status lamp_trainer_param_options(const lamp_trainer *t, size_t i, double *lr_mult, int *decay);
 /*
-** Checkpoints (core/train/trainer_checkpoint.c; format in docs/checkpoint.md). Collective: every
-** rank calls them; rank 0 alone touches files, the others wait for its verdict. Only between
-** optimizer steps. The path written (or read) goes to `written` / `used` on every rank.
+** Checkpoints (core/train/trainer_checkpoint.c; format and folders in docs/checkpoint.md).
+** Collective: every rank calls them; rank 0 alone touches files, the others wait for its verdict.
+** Only between optimizer steps. The path written (or read) goes to `written` / `used` on every rank.
 **   save      one file, written atomically (path.tmp, fsync, rename, fsync of the folder)
-**   save_dir  <dir>/ckpt-<step>.lamp, keeping the `keep` newest (keep <= 0: all)
+**   save_dir  <dir>/ckpt-<step>.lamp as this run (lamp_ckpt_save_run), keeping its `keep` newest
+**             (keep <= 0: all), under the folder's lock (a second writer is refused naming its
+**             pid). A run owns the folder it resumed from (or from a file in it) and the folders
+**             it filled from empty, and never deletes another run's checkpoint: a folder holding
+**             another run's complete checkpoints is refused, naming the folder and their newest
+**             step, unless start_over, which moves them into <dir>/previous-<n> first.
 **   resume    a file, or a folder's newest complete checkpoint; *found = 0 (and nothing
-**             changed) for a folder without one. A checkpoint of another model, precision
-**             or optimizer is refused with its reason; on failure the trainer is unchanged.
+**             changed) for a missing folder or one without a checkpoint; a folder whose
+**             checkpoints are all damaged is refused, naming each file and why. A checkpoint of
+**             another model, precision or optimizer, or a precision state the plugin refuses,
+**             is refused with its reason before anything is applied: on failure the trainer is
+**             unchanged.
 */
 lamp_status lamp_trainer_save(lamp_trainer *t, const char *path, char *written, size_t written_size);
-lamp_status lamp_trainer_save_dir(lamp_trainer *t, const char *dir, int keep, char *written, size_t written_size);
+lamp_status lamp_trainer_save_dir(lamp_trainer *t, const char *dir, int keep, int start_over, char *written,
+                                  size_t written_size);
 lamp_status lamp_trainer_resume(lamp_trainer *t, const char *path_or_dir, char *used, size_t used_size, int *found);
 
 lamp_model *lamp_trainer_model(lamp_trainer *t);

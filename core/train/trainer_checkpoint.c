@@ -211,8 +211,23 @@ static lamp_status add_precision_state(lamp_trainer *t, lamp_ckpt_writer *w) {
   return st;
 }
 
-static lamp_status write_rank0(lamp_trainer *t, const char *path, const char *dir, int keep, char *written,
-                               size_t written_size) {
+/* Where a save goes: one file, or a folder of the run's checkpoints. */
+typedef struct destination {
+  const char *path; /* one file, or NULL */
+  const char *dir;  /* a folder, or NULL */
+  int keep, start_over;
+} destination;
+
+/* Into a folder: as this run, which owns the folder it resumed from and the ones it filled. */
+static lamp_status save_into_dir(lamp_trainer *t, lamp_ckpt_writer *w, const destination *to, char *written,
+                                 size_t written_size) {
+  lamp_ckpt_run run = {.id = t->ckpt_run_id, .keep = to->keep, .start_over = to->start_over};
+  lamp_status st = lamp_ckpt_save_run(w, to->dir, t->stats.steps + t->stats.skipped_steps, &run, written, written_size);
+  t->ckpt_run_id = run.id;
+  return st;
+}
+
+static lamp_status write_rank0(lamp_trainer *t, const destination *to, char *written, size_t written_size) {
   lamp_ckpt_writer *w;
   saving v = {0};
   lamp_status st = lamp_ckpt_writer_new(&w);
@@ -221,11 +236,11 @@ static lamp_status write_rank0(lamp_trainer *t, const char *path, const char *di
   if ((st = staging_open(t, &v.s)) == LAMP_OK && (st = add_run_metas(t, w)) == LAMP_OK &&
       (st = add_state_metas(t, w)) == LAMP_OK && (st = for_each_tensor(t, add_tensor, &v)) == LAMP_OK &&
       (st = add_precision_state(t, w)) == LAMP_OK) {
-    if (dir != NULL) {
-      st = lamp_ckpt_save_dir(w, dir, t->stats.steps + t->stats.skipped_steps, keep, written, written_size);
+    if (to->dir != NULL) {
+      st = save_into_dir(t, w, to, written, written_size);
     } else {
-      st = lamp_ckpt_write_atomic(w, path);
-      if (st == LAMP_OK) snprintf(written, written_size, "%s", path);
+      st = lamp_ckpt_write_atomic(w, to->path);
+      if (st == LAMP_OK) snprintf(written, written_size, "%s", to->path);
     }
   }
   lamp_ckpt_writer_free(w);
@@ -252,14 +267,14 @@ static lamp_status share_verdict(lamp_trainer *t, verdict *v, lamp_status mine, 
   return LAMP_OK;
 }
 
-static lamp_status save(lamp_trainer *t, const char *path, const char *dir, int keep, char *out, size_t out_size) {
+static lamp_status save(lamp_trainer *t, const destination *to, char *out, size_t out_size) {
   if (t->micro != 0)
     return lamp_error(LAMP_ERR_INVALID_USAGE, "Trainer: cannot save in the middle of an accumulation group (micro-step %d of %d); save between optimizer steps",
                       t->micro, t->config.accum);
   verdict v = {0};
   lamp_status mine = LAMP_OK;
   if (rank_of(t) == 0) {
-    mine = write_rank0(t, path, dir, keep, v.path, sizeof v.path);
+    mine = write_rank0(t, to, v.path, sizeof v.path);
     v.failed = mine != LAMP_OK;
     if (mine == LAMP_OK) lamp_log(LAMP_LOG_INFO, "trainer", "checkpoint written: %s (step %llu)", v.path,
                                   (unsigned long long)t->stats.steps);
@@ -270,11 +285,14 @@ static lamp_status save(lamp_trainer *t, const char *path, const char *dir, int 
 }
 
 lamp_status lamp_trainer_save(lamp_trainer *t, const char *path, char *written, size_t written_size) {
-  return save(t, path, NULL, 0, written, written_size);
+  destination to = {.path = path};
+  return save(t, &to, written, written_size);
 }
 
-lamp_status lamp_trainer_save_dir(lamp_trainer *t, const char *dir, int keep, char *written, size_t written_size) {
-  return save(t, NULL, dir, keep, written, written_size);
+lamp_status lamp_trainer_save_dir(lamp_trainer *t, const char *dir, int keep, int start_over, char *written,
+                                  size_t written_size) {
+  destination to = {.dir = dir, .keep = keep, .start_over = start_over};
+  return save(t, &to, written, written_size);
 }
 
 /* ---- checking a checkpoint against this trainer -------------------------------------------- */
@@ -392,7 +410,8 @@ static int has_entry(const lamp_ckpt *c, const char *name) {
   return 0;
 }
 
-/* The precision plugin's saved state: present exactly when this plugin keeps one. */
+/* The precision plugin's saved state: present exactly when this plugin keeps one, and one its
+   load_state accepts (checked on a scratch object: nothing is applied yet). */
 static lamp_status read_precision_blob(lamp_trainer *t, const lamp_ckpt *c, void **blob, uint64_t *size) {
   size_t wanted = 0;
   lamp_status st = lamp_precision_save_state(t->config.precision, NULL, &wanted);
@@ -406,6 +425,8 @@ static lamp_status read_precision_blob(lamp_trainer *t, const lamp_ckpt *c, void
   const void *data;
   size_t n;
   if ((st = lamp_ckpt_blob(c, "precision.state", &data, &n)) != LAMP_OK || n == 0) return st;
+  if ((st = lamp_precision_check_state(t->config.precision, data, n)) != LAMP_OK)
+    return lamp_error_context(st, "%s: precision.state", lamp_ckpt_name(c));
   if ((*blob = malloc(n)) == NULL) return lamp_error(LAMP_ERR_SYSTEM, "Trainer: out of memory for the precision state");
   memcpy(*blob, data, n);
   *size = n;
@@ -465,8 +486,9 @@ static void apply_counters(lamp_trainer *t, const counters *k) {
   lamp_model_set_forward_index(t->model, k->forward_index);
 }
 
-/* Everything is checked before anything is copied; the counters are applied last, on every
-   rank alike (apply_state), so the trainer is either restored or unchanged. */
+/* Everything is checked before anything is copied, the precision plugin's state included; the
+   counters are applied last, on every rank alike (apply_state), so the trainer is either
+   restored or unchanged. */
 static lamp_status load_rank0(lamp_trainer *t, const char *path, counters *k, void **blob) {
   lamp_ckpt *c;
   lamp_status st = lamp_ckpt_open(&c, path);
@@ -518,19 +540,39 @@ static lamp_status apply_state(lamp_trainer *t, const counters *k, const void *b
   return LAMP_OK;
 }
 
-/* A file, or the newest complete checkpoint of a folder (none there: *found = 0). */
+/* Whether a path names a checkpoint file (".lamp") rather than a folder of them. */
+static int names_a_file(const char *path) {
+  size_t n = strlen(path);
+  return n >= 5 && strcmp(path + n - 5, ".lamp") == 0;
+}
+
+/* A file, or the newest complete checkpoint of a folder (none there: *found = 0). A missing
+   folder is a run not started yet and starts afresh, as an empty one does; a missing file is an
+   error. */
 static lamp_status resolve(const char *path_or_dir, char *path, size_t size, int *found) {
   struct stat sb;
   *found = 0;
-  if (stat(path_or_dir, &sb) != 0)
+  int missing = stat(path_or_dir, &sb) != 0;
+  if (missing && (errno != ENOENT || names_a_file(path_or_dir)))
     return lamp_error(LAMP_ERR_INVALID_USAGE, "cannot resume from %s: %s", path_or_dir, strerror(errno));
-  if (!S_ISDIR(sb.st_mode)) {
+  if (!missing && !S_ISDIR(sb.st_mode)) {
     *found = 1;
     snprintf(path, size, "%s", path_or_dir);
     return LAMP_OK;
   }
   uint64_t step;
   return lamp_ckpt_latest(path_or_dir, path, size, &step, found);
+}
+
+/* The run that owns the folder of the checkpoint at path: a resume continues that run, so it
+   may go on saving into (and pruning) that folder. */
+static lamp_status owner_of(const char *path, uint64_t *run_id) {
+  char dir[PATH_CAP];
+  const char *slash = strrchr(path, '/');
+  if (slash == NULL) snprintf(dir, sizeof dir, ".");
+  else if (slash == path) snprintf(dir, sizeof dir, "/");
+  else snprintf(dir, sizeof dir, "%.*s", (int)(slash - path), path);
+  return lamp_ckpt_dir_owner(dir, run_id);
 }
 
 lamp_status lamp_trainer_resume(lamp_trainer *t, const char *path_or_dir, char *used, size_t used_size, int *found) {
@@ -541,10 +583,12 @@ lamp_status lamp_trainer_resume(lamp_trainer *t, const char *path_or_dir, char *
   counters k = {0};
   void *blob = NULL;
   lamp_status mine = LAMP_OK;
+  uint64_t run_id = t->ckpt_run_id; /* adopted only when the whole resume succeeds */
   if (rank_of(t) == 0) {
     int got = 0;
     mine = resolve(path_or_dir, v.path, sizeof v.path, &got);
     v.found = got;
+    if (mine == LAMP_OK && got) mine = owner_of(v.path, &run_id);
     if (mine == LAMP_OK && got) mine = load_rank0(t, v.path, &k, &blob);
     v.failed = mine != LAMP_OK;
   }
@@ -552,6 +596,7 @@ lamp_status lamp_trainer_resume(lamp_trainer *t, const char *path_or_dir, char *
   if (st == LAMP_OK && v.found) {
     if (t->stats.world > 1) st = broadcast_state(t, &k, &blob);
     if (st == LAMP_OK) st = apply_state(t, &k, blob);
+    if (st == LAMP_OK) t->ckpt_run_id = run_id;
     if (st == LAMP_OK)
       lamp_log(LAMP_LOG_INFO, "trainer", "resumed from %s: step %llu, epoch %llu%s", v.path,
                (unsigned long long)t->stats.steps, (unsigned long long)t->epochs_done + 1,

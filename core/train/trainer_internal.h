@@ -49,6 +49,9 @@ struct lamp_trainer {
   uint64_t epoch_batches;     /* per-rank batches of the open epoch already trained on */
   uint64_t epoch_global_batch; /* samples per batch over all ranks when they were counted */
   lamp_trainer_stats stats;
+  /* The run its checkpoint folders belong to (lamp_ckpt_run in core/checkpoint): 0 until its
+     first save into a folder or its resume, which adopts the id of the folder resumed from. */
+  uint64_t ckpt_run_id;
 };
 
 #endif

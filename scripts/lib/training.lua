@@ -1,6 +1,6 @@
 -- What the training scripts share (require "training" after adding scripts/lib to
 -- package.path): the optimizer from --optim/--lr/--wd/--momentum, the per-rank batch, the epoch
--- loop with --save/--save_every/--keep/--resume, and the memory ledger table.
+-- loop with --save/--save_every/--keep/--resume/--start_over, and the memory ledger table.
 local M = {}
 
 -- adam/adamw: lr 1e-3, weight decay 0.01 unless given; sgd: lr `sgd_lr` (0.05) with momentum.
@@ -40,19 +40,38 @@ function M.rank_batch(batch, comm)
   return batch // world
 end
 
+-- A fresh run may save only into a folder without complete checkpoints: one holding another
+-- run's is refused here, before any training, rather than by the trainer at the first save. A
+-- run that resumed continues the run it resumed (the trainer checks the folder it saves into),
+-- and --start_over moves the old checkpoints into DIR/previous-<n> at the first save.
+local function check_save_folder(lamp, args, resumed)
+  if args.start_over ~= nil and type(args.start_over) ~= "boolean" then
+    error("--start_over takes no value, got --start_over=" .. tostring(args.start_over), 0)
+  end
+  if args.save == "" or args.start_over or resumed then return end
+  -- A folder whose checkpoints are all damaged raises in latest(): none of them counts here.
+  local ok, path, step = pcall(lamp.checkpoint.latest, args.save)
+  if ok and path then
+    error(string.format("cannot save into %s: it holds checkpoints of another run (newest: step %d); " ..
+      "resume from it (--resume=%s) or start over (--start_over)", args.save, step, args.save), 0)
+  end
+end
+
 -- Resumes if asked, then trains until args.epochs epochs are done, saving into args.save (if
 -- set) every args.save_every optimizer steps and at the end of every epoch, evaluating and
 -- logging after every epoch. Returns the last evaluation.
 function M.run(lamp, trainer, loader, test_loader, args)
+  local resumed
   if args.resume ~= "" then
-    local from = trainer:resume(args.resume)
-    lamp.log0(from and ("resumed from " .. from) or ("no checkpoint in " .. args.resume .. ": starting afresh"))
+    resumed = trainer:resume(args.resume)
+    lamp.log0(resumed and ("resumed from " .. resumed) or ("no checkpoint in " .. args.resume .. ": starting afresh"))
   end
+  check_save_folder(lamp, args, resumed)
   local last
   while trainer:stats().epochs < args.epochs do
     local epoch = trainer:stats().epochs + 1
     local r = trainer:epoch(loader, { max_steps = args.save ~= "" and args.save_every or 0 })
-    if args.save ~= "" then trainer:save { dir = args.save, keep = args.keep } end
+    if args.save ~= "" then trainer:save { dir = args.save, keep = args.keep, start_over = args.start_over } end
     if r.done then
       last = trainer:evaluate(test_loader)
       lamp.log0(string.format("epoch %d  train loss %.4f  test loss %.4f  test accuracy %.2f %%  %.0f samples/s",

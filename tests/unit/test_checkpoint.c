@@ -15,6 +15,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 #include <zlib.h>
 
 #include "base/error.h"
@@ -405,6 +407,38 @@ static void test_writer_errors(void **state) {
   lamp_ckpt_writer_free(NULL);
 }
 
+/* Only regular files are checkpoints: a FIFO is refused at once instead of waiting forever for a
+   writer, and the writer refuses a FIFO in place of its .tmp the same way. */
+static void test_not_regular_files(void **state) {
+  (void)state;
+  unlink(TMP "/fifo.lamp");
+  unlink(TMP "/out.lamp.tmp");
+  assert_int_equal(mkfifo(TMP "/fifo.lamp", 0644), 0);
+  assert_int_equal(mkfifo(TMP "/out.lamp.tmp", 0644), 0);
+  alarm(20); /* a hang fails the test instead of holding up the suite */
+  lamp_ckpt *c = (lamp_ckpt *)1;
+  assert_int_equal(lamp_ckpt_open(&c, TMP "/fifo.lamp"), LAMP_ERR_INVALID_USAGE);
+  assert_string_equal(lamp_last_error(), TMP "/fifo.lamp is a FIFO, not a regular file");
+  assert_null(c);
+  char *text;
+  assert_int_equal(lamp_ckpt_info(TMP "/fifo.lamp", &text), LAMP_ERR_INVALID_USAGE);
+  assert_string_equal(lamp_last_error(), TMP "/fifo.lamp is a FIFO, not a regular file");
+  assert_int_equal(lamp_ckpt_open(&c, TMP), LAMP_ERR_INVALID_USAGE);
+  assert_string_equal(lamp_last_error(), TMP " is a directory, not a regular file");
+  assert_int_equal(lamp_ckpt_open(&c, "/dev/null"), LAMP_ERR_INVALID_USAGE);
+  assert_string_equal(lamp_last_error(), "/dev/null is a character device, not a regular file");
+  lamp_ckpt_writer *w;
+  OK(lamp_ckpt_writer_new(&w));
+  OK(lamp_ckpt_add_meta_int(w, "step", 1));
+  assert_int_equal(lamp_ckpt_write_atomic(w, TMP "/out.lamp"), LAMP_ERR_INVALID_USAGE);
+  assert_string_equal(lamp_last_error(), TMP "/out.lamp.tmp is a FIFO, not a regular file");
+  alarm(0);
+  unlink(TMP "/out.lamp.tmp");
+  OK(lamp_ckpt_write_atomic(w, TMP "/out.lamp"));
+  lamp_ckpt_writer_free(w);
+  unlink(TMP "/fifo.lamp");
+}
+
 static void test_info(void **state) {
   (void)state;
   void *bytes;
@@ -714,6 +748,7 @@ int main(void) {
       cmocka_unit_test(test_lookup_errors),
       cmocka_unit_test(test_writer_errors),
       cmocka_unit_test(test_info),
+      cmocka_unit_test(test_not_regular_files),
       cmocka_unit_test(test_truncated),
       cmocka_unit_test(test_flipped_header_byte),
       cmocka_unit_test(test_flipped_data_byte),

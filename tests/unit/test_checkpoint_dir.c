@@ -2,15 +2,18 @@
 ** Checkpoints on disk: a save killed halfway (SIGKILL while the .tmp is being written) or
 ** failing for want of space (RLIMIT_FSIZE: EFBIG) leaves the previous checkpoint intact, the
 ** .tmp is never picked, and "newest complete" selection returns the previous one; keep=N
-** retention; damaged files are skipped with a logged reason.
+** retention; damaged files are skipped with a logged reason, and a folder of nothing else is
+** refused; a second writer of a folder (or of one file) is refused while the first one writes;
+** a run saves and prunes only in a folder it owns, or starts over by moving the other run aside.
 */
+#define _XOPEN_SOURCE 700 /* nftw */
 #include <stdarg.h>
 #include <stddef.h>
 #include <setjmp.h>
 #include <stdint.h>
 #include <cmocka.h>
 
-#include <dirent.h>
+#include <ftw.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -35,21 +38,17 @@ static int exists(const char *path) {
   return stat(path, &sb) == 0;
 }
 
-/* A fresh, empty folder TMP/name. */
+static int remove_entry(const char *path, const struct stat *sb, int flag, struct FTW *ftw) {
+  (void)sb, (void)flag, (void)ftw;
+  return remove(path);
+}
+
+/* A fresh, empty folder TMP/name (what an earlier run left there is removed, subfolders too). */
 static const char *fresh_dir(const char *name) {
   static char dir[1024];
   snprintf(dir, sizeof dir, "%s/%s", TMP, name);
+  nftw(dir, remove_entry, 16, FTW_DEPTH | FTW_PHYS);
   make_dir(dir);
-  DIR *d = opendir(dir);
-  assert_non_null(d);
-  struct dirent *e;
-  char path[2048];
-  while ((e = readdir(d)) != NULL) {
-    if (e->d_name[0] == '.') continue;
-    snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
-    unlink(path);
-  }
-  closedir(d);
   return dir;
 }
 
@@ -330,17 +329,208 @@ static void test_latest_skips_damaged(void **state) {
   n = strlen(expected);
   snprintf(expected + n, sizeof expected - n, lines[2], ckpt_path(dir, 3, ""));
   if (strncmp(captured, expected, strlen(expected)) != 0) fail_msg("log was:\n%s\nexpected it to start with:\n%s", captured, expected);
-  /* Nothing complete at all: found = 0, LAMP_OK, and a warning that counts the skipped files. */
+  /* Nothing complete at all: refused, naming each damaged file and why (starting afresh would
+     bury them under a new run). The unfinished .tmp is no checkpoint and is not listed. */
   unlink(ckpt_path(dir, 1, ""));
   unlink(ckpt_path(dir, 2, ""));
-  captured[0] = '\0';
   lamp_log_set_sink(capture, NULL);
   int found = 1;
-  OK(lamp_ckpt_latest(dir, NULL, 0, NULL, &found));
+  assert_int_equal(lamp_ckpt_latest(dir, NULL, 0, NULL, &found), LAMP_ERR_INVALID_USAGE);
   lamp_log_set_sink(NULL, NULL);
   assert_false(found);
-  snprintf(expected, sizeof expected, "warning: checkpoint: no complete checkpoint in %s (2 damaged files skipped)\n", dir);
-  assert_non_null(strstr(captured, expected));
+  snprintf(expected, sizeof expected,
+           "cannot resume from %s: its 2 checkpoints are all damaged (move them away to start afresh):\n"
+           "  %s: truncated: the checkpoint is 528 bytes long, the file has 100\n"
+           "  %s: checksum mismatch in tensor 'w' (stored ",
+           dir, ckpt_path(dir, 4, ""), ckpt_path(dir, 3, ""));
+  if (strncmp(lamp_last_error(), expected, strlen(expected)) != 0)
+    fail_msg("got:\n%s\nexpected it to start with:\n%s", lamp_last_error(), expected);
+  /* One damaged file, and something that is no file at all. */
+  unlink(ckpt_path(dir, 3, ""));
+  assert_int_equal(mkfifo(ckpt_path(dir, 6, ""), 0644), 0);
+  alarm(20); /* a FIFO must not block the reader: a hang fails the test */
+  assert_int_equal(lamp_ckpt_latest(dir, NULL, 0, NULL, &found), LAMP_ERR_INVALID_USAGE);
+  alarm(0);
+  snprintf(expected, sizeof expected,
+           "cannot resume from %s: its 2 checkpoints are all damaged (move them away to start afresh):\n"
+           "  %s is a FIFO, not a regular file\n"
+           "  %s: truncated: the checkpoint is 528 bytes long, the file has 100",
+           dir, ckpt_path(dir, 6, ""), ckpt_path(dir, 4, ""));
+  assert_string_equal(lamp_last_error(), expected);
+  unlink(ckpt_path(dir, 6, ""));
+  assert_int_equal(lamp_ckpt_latest(dir, NULL, 0, NULL, &found), LAMP_ERR_INVALID_USAGE);
+  snprintf(expected, sizeof expected,
+           "cannot resume from %s: its 1 checkpoint is damaged (move it away to start afresh):\n"
+           "  %s: truncated: the checkpoint is 528 bytes long, the file has 100",
+           dir, ckpt_path(dir, 4, ""));
+  assert_string_equal(lamp_last_error(), expected);
+  /* Only an unfinished save left: nothing to resume, and nothing lost by starting afresh. */
+  unlink(ckpt_path(dir, 4, ""));
+  found = 1;
+  OK(lamp_ckpt_latest(dir, NULL, 0, NULL, &found));
+  assert_false(found);
+}
+
+/* ---- two writers --------------------------------------------------------------------------------- */
+
+/* A child stopped in the middle of a save holds the folder's lock: the parent's save is refused,
+   naming the child's pid, and writes nothing. Once the child is killed, the lock is gone. */
+static void test_second_writer_is_refused(void **state) {
+  (void)state;
+  const char *dir = fresh_dir("two_writers");
+  OK(save(dir, 1, 1000, 0, NULL));
+  pid_t pid = fork();
+  assert_true(pid >= 0);
+  if (pid == 0) {
+    save(dir, 3, BIG_FLOATS, 1, stop_after_first_chunk);
+    _exit(3); /* not reached: killed while stopped */
+  }
+  int status;
+  assert_int_equal(waitpid(pid, &status, WUNTRACED), pid);
+  assert_true(WIFSTOPPED(status));
+  assert_int_equal(save(dir, 3, 1000, 1, NULL), LAMP_ERR_INVALID_USAGE);
+  char expected[4096];
+  snprintf(expected, sizeof expected, "cannot write checkpoints into %s: process %ld is writing there (it holds %s/lamp.lock)",
+           dir, (long)pid, dir);
+  assert_string_equal(lamp_last_error(), expected);
+  assert_int_equal(lamp_ckpt_prune(dir, 1), LAMP_ERR_INVALID_USAGE);
+  assert_string_equal(lamp_last_error(), expected);
+  assert_false(exists(ckpt_path(dir, 3, "")));
+  check_intact(ckpt_path(dir, 1, ""), 1, 1000);
+  kill(pid, SIGKILL);
+  assert_int_equal(waitpid(pid, &status, 0), pid);
+  OK(save(dir, 3, 1000, 1, NULL));
+  check_intact(ckpt_path(dir, 3, ""), 3, 1000);
+  assert_false(exists(ckpt_path(dir, 1, "")));
+}
+
+/* One file written by two processes at once: the second is refused instead of emptying the
+   first one's .tmp (whose rename would then put a truncated file under the final name). */
+static void test_second_writer_of_one_file_is_refused(void **state) {
+  (void)state;
+  const char *dir = fresh_dir("one_file");
+  char path[2048];
+  snprintf(path, sizeof path, "%s/model.lamp", dir);
+  size_t n = BIG_FLOATS;
+  float *v = pattern(n, 4);
+  lamp_ckpt_writer *w;
+  OK(lamp_ckpt_writer_new(&w));
+  OK(lamp_ckpt_add_tensor(w, "w", LAMP_CKPT_F32, 1, (int64_t[]){(int64_t)n}, v));
+  pid_t pid = fork();
+  assert_true(pid >= 0);
+  if (pid == 0) {
+    lamp_ckpt_writer_set_progress(w, stop_after_first_chunk, NULL);
+    lamp_ckpt_write_atomic(w, path);
+    _exit(3);
+  }
+  int status;
+  assert_int_equal(waitpid(pid, &status, WUNTRACED), pid);
+  assert_true(WIFSTOPPED(status));
+  struct stat before;
+  char tmp[2100];
+  snprintf(tmp, sizeof tmp, "%s.tmp", path);
+  assert_int_equal(stat(tmp, &before), 0);
+  assert_int_equal(lamp_ckpt_write_atomic(w, path), LAMP_ERR_INVALID_USAGE);
+  char expected[4400];
+  snprintf(expected, sizeof expected, "cannot write %s: another writer is writing it now (it holds %s)", path, tmp);
+  assert_string_equal(lamp_last_error(), expected);
+  struct stat after;
+  assert_int_equal(stat(tmp, &after), 0);
+  assert_int_equal(after.st_size, before.st_size); /* the first writer's bytes are untouched */
+  assert_false(exists(path));
+  kill(pid, SIGKILL);
+  assert_int_equal(waitpid(pid, &status, 0), pid);
+  OK(lamp_ckpt_write_atomic(w, path)); /* the dead writer's .tmp is taken over */
+  assert_false(exists(tmp));
+  lamp_ckpt *c;
+  OK(lamp_ckpt_open(&c, path));
+  lamp_ckpt_close(c);
+  lamp_ckpt_writer_free(w);
+  free(v);
+}
+
+/* ---- runs and their folders ----------------------------------------------------------------------- */
+
+static lamp_status save_as(const char *dir, uint64_t step, lamp_ckpt_run *run) {
+  float *v = pattern(100, step);
+  lamp_ckpt_writer *w;
+  OK(lamp_ckpt_writer_new(&w));
+  OK(lamp_ckpt_add_meta_int(w, "step", (int64_t)step));
+  OK(lamp_ckpt_add_tensor(w, "w", LAMP_CKPT_F32, 1, (int64_t[]){100}, v));
+  lamp_status st = lamp_ckpt_save_run(w, dir, step, run, NULL, 0);
+  lamp_ckpt_writer_free(w);
+  free(v);
+  return st;
+}
+
+static void test_runs_own_their_folders(void **state) {
+  (void)state;
+  const char *dir = fresh_dir("runs");
+  char aside[2048];
+  snprintf(aside, sizeof aside, "%s/previous-1", dir);
+  lamp_ckpt_run old = {.keep = 3};
+  for (uint64_t step = 8; step <= 16; step += 4) OK(save_as(dir, step, &old));
+  assert_true(old.id != 0);
+  uint64_t owner;
+  OK(lamp_ckpt_dir_owner(dir, &owner));
+  assert_true(owner == old.id);
+
+  /* Another run: refused, nothing written, nothing removed. */
+  lamp_ckpt_run other = {.keep = 3};
+  assert_int_equal(save_as(dir, 2, &other), LAMP_ERR_INVALID_USAGE);
+  char expected[4096];
+  snprintf(expected, sizeof expected,
+           "cannot save into %s: it holds checkpoints of another run (newest: step 16); resume from it, or start over "
+           "(start_over: its checkpoints move into %s/previous-<n>)",
+           dir, dir);
+  assert_string_equal(lamp_last_error(), expected);
+  assert_false(exists(ckpt_path(dir, 2, "")));
+  for (uint64_t step = 8; step <= 16; step += 4) check_intact(ckpt_path(dir, step, ""), step, 100);
+
+  /* Starting over: the old run moves aside whole (a damaged file too) and stays resumable. */
+  write_bytes(ckpt_path(dir, 20, ""), "garbage", 7, 0);
+  other.start_over = 1;
+  OK(save_as(dir, 2, &other));
+  OK(save_as(dir, 4, &other));
+  expect_latest(dir, 4);
+  assert_false(exists(ckpt_path(dir, 20, "")));
+  expect_latest(aside, 16);
+  assert_true(exists(ckpt_path(aside, 20, "")));
+  OK(lamp_ckpt_dir_owner(aside, &owner));
+  assert_true(owner == old.id);
+  OK(lamp_ckpt_dir_owner(dir, &owner));
+  assert_true(owner == other.id);
+
+  /* The old run cannot come back into the folder: it would prune the new run's checkpoints. */
+  assert_int_equal(save_as(dir, 24, &old), LAMP_ERR_INVALID_USAGE);
+  assert_true(exists(ckpt_path(dir, 2, "")));
+
+  /* A run that resumed from the folder (it adopts the owner's id) prunes that run's files. */
+  lamp_ckpt_run resumed = {.id = owner, .keep = 1};
+  OK(save_as(dir, 5, &resumed));
+  assert_false(exists(ckpt_path(dir, 2, "")));
+  assert_false(exists(ckpt_path(dir, 4, "")));
+  expect_latest(dir, 5);
+
+  /* A folder without lamp.owner (an older lamp's) belongs to the id derived from it. */
+  const char *legacy = fresh_dir("legacy");
+  OK(save(legacy, 1, 100, 0, NULL));
+  OK(save(legacy, 2, 100, 0, NULL));
+  char owner_file[2048];
+  snprintf(owner_file, sizeof owner_file, "%s/lamp.owner", legacy);
+  assert_false(exists(owner_file));
+  lamp_ckpt_run fresh = {.keep = 1};
+  assert_int_equal(save_as(legacy, 3, &fresh), LAMP_ERR_INVALID_USAGE);
+  lamp_ckpt_run adopted = {.keep = 1};
+  OK(lamp_ckpt_dir_owner(legacy, &adopted.id));
+  assert_true(adopted.id != 0);
+  OK(save_as(legacy, 3, &adopted));
+  assert_false(exists(ckpt_path(legacy, 2, "")));
+  assert_true(exists(owner_file));
+
+  /* A missing folder has no owner. */
+  OK(lamp_ckpt_dir_owner(TMP "/does-not-exist", &owner));
+  assert_true(owner == 0);
 }
 
 static void test_latest_missing_or_empty(void **state) {
@@ -389,6 +579,9 @@ int main(void) {
       cmocka_unit_test(test_keep),
       cmocka_unit_test(test_latest_skips_damaged),
       cmocka_unit_test(test_latest_missing_or_empty),
+      cmocka_unit_test(test_second_writer_is_refused),
+      cmocka_unit_test(test_second_writer_of_one_file_is_refused),
+      cmocka_unit_test(test_runs_own_their_folders),
       cmocka_unit_test(test_progress),
   };
   return cmocka_run_group_tests(tests, setup, NULL);
