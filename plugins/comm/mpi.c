@@ -19,6 +19,8 @@
 ** named report, launch with `mpirun --enable-recovery`: the survivors then live on, time out
 ** here and say which rank is gone. In that mode mpirun exits 0 even when a rank exits
 ** non-zero (OpenMPI 4.1.4), so a launcher must collect the ranks' exit statuses itself.
+** Under scripts/lamp-run (LAMP_RUN_STATUS_DIR set) a failed collective also leaves its report
+** in that directory, which tells the launcher to end ranks that are stopped or hung.
 **
 ** Dtypes: all_reduce and reduce_scatter take f32 and i32 (SUM, MAX, MIN); f16 and bf16
 ** reductions are refused (LAMP_ERR_UNSUPPORTED: reduce in fp32, as the trainer does), u8 too.
@@ -326,6 +328,24 @@ static void exchange_heartbeats(mpi_comm *m, heartbeat *beats, unsigned char *he
 }
 
 /*
+** scripts/lamp-run sets LAMP_RUN_STATUS_DIR; a failed collective leaves its report there as
+** failed.<rank>. The heartbeats have just told every live rank, so each fails within moments:
+** a rank still running seconds later is stopped or hung, and the launcher ends it then
+** instead of waiting out another timeout. Best effort: without the file the launcher waits.
+*/
+static void tell_launcher(const mpi_comm *m) {
+  const char *dir = getenv("LAMP_RUN_STATUS_DIR");
+  if (dir == NULL || dir[0] == '\0') return;
+  char path[4096];
+  int n = snprintf(path, sizeof path, "%s/failed.%d", dir, m->rank);
+  if (n < 0 || (size_t)n >= sizeof path) return;
+  FILE *f = fopen(path, "w");
+  if (f == NULL) return;
+  fprintf(f, "%s\n", m->broken_why);
+  fclose(f);
+}
+
+/*
 ** Marks the communicator broken and records the error. why: "timed out after 5.0 s
 ** (timeout 5 s)" and the like; first_peer: the rank whose heartbeat ended the wait, or -1.
 */
@@ -337,6 +357,7 @@ static lamp_status fail_collective(mpi_comm *m, const char *op, const char *why,
   m->broken = 1;
   snprintf(m->broken_why, sizeof m->broken_why, "%s (collective #%lld) %s%s", op,
            (long long)m->seq, why, report);
+  tell_launcher(m);
   return m->host->set_error(m->ctx, LAMP_ERR_REMOTE, "rank %d: %s", m->rank, m->broken_why);
 }
 
