@@ -176,8 +176,9 @@ static lamp_status check_magic_and_kind(const char *path, const lamp_plugin *d,
                       (unsigned)d->kind, expected ? ", expected " : "",
                       expected ? lamp_kind_name(expected) : "");
   if (expected != 0 && d->kind != (uint32_t)expected)
-    return lamp_error(LAMP_ERR_INVALID_USAGE, "%s: is a %s plugin, expected %s", path,
-                      lamp_kind_name((lamp_kind)d->kind), lamp_kind_name(expected));
+    return lamp_error(LAMP_ERR_INVALID_USAGE, "%s: is %s %s plugin, expected %s", path,
+                      d->kind == LAMP_KIND_OPTIM ? "an" : "a", lamp_kind_name((lamp_kind)d->kind),
+                      lamp_kind_name(expected));
   return LAMP_OK;
 }
 

@@ -253,7 +253,7 @@ static void test_entry_without_mark_checks_the_name(void **state) {
   assert_error(lamp_plugin_load(LAMP_KIND_OPTIM, "adam", &h), LAMP_ERR_INVALID_USAGE,
                BAD("lion") ": asked for optim 'adam', the plugin declares itself 'lion'");
   assert_error(lamp_plugin_load(LAMP_KIND_COMM, "lion", &h), LAMP_ERR_INVALID_USAGE,
-               BAD("lion") ": is a optim plugin, expected comm");
+               BAD("lion") ": is an optim plugin, expected comm");
   assert_int_equal(lamp_plugin_load(LAMP_KIND_OPTIM, "lion", &h), LAMP_OK);
   assert_string_equal(h->desc->name, "lion");
   assert_string_equal(h->path, real(BAD("lion")));
