@@ -15,6 +15,7 @@
 **
 ** It is not part of the lamp executable: a test program registers it with
 **   lamp_backend_register(LAMP_SIM, &lamp_sim_backend);
+** or, to run the 16-bit GEMM operand path a CUDA device takes, with lamp_sim_native16_backend.
 ** A forked child must not use it: the worker thread is not copied into the child.
 */
 #ifndef LAMP_BACKEND_SIM_H
@@ -23,6 +24,10 @@
 #include "backend/backend_impl.h"
 
 extern const lamp_backend lamp_sim_backend;
+
+/* The same device advertising LAMP_CAP_NATIVE_16BIT_GEMM: its GEMMs and convolutions take 16-bit
+   operands and widen them exactly inside the operation (backend.c). */
+extern const lamp_backend lamp_sim_native16_backend;
 
 /* For tests that need work provably still queued: while held, the worker starts no new operation
    (the one running finishes). Release before anything waits for the queue, or it waits forever. */
