@@ -4,18 +4,19 @@
 ** after lamp_synchronize, as CPU memory.
 **
 ** Two tables share every operation and differ in one capability. lamp_sim_backend has no
-** LAMP_CAP_NATIVE_16BIT_GEMM, as on the CPU, so callers hand it the same fp32 operands.
-** lamp_sim_native16_backend has it, as CUDA does (cuBLAS reads fp16/bf16): the layers then hand
-** their gemm and convolutions 16-bit operands and keep no widened fp32 copies, and the CPU's
-** operations, run on the queue, widen them exactly inside the operation. Widening is exact and
-** the products are the same fp32 values, so both tables train to the CPU's bits.
+** LAMP_CAP_NATIVE_16BIT_GEMM, as on the CPU, so callers hand it the same fp32 operands (and it
+** refuses 16-bit convolution operands as the CPU does). lamp_sim_native16_backend has it, as
+** CUDA does (cuBLAS and cuDNN read fp16/bf16): the layers then hand its gemm and convolutions
+** 16-bit operands and keep no widened fp32 copies; the CPU's gemm widens them exactly inside the
+** operation, and so do this table's convolutions before calling the CPU's (ops.c). Widening is
+** exact and the products are the same fp32 values, so both tables train to the CPU's bits.
 */
 #include "backend/sim/sim.h"
 #include "backend/sim/sim_impl.h"
 
 static int sim_count(void) { return 1; }
 
-/* Every member but caps, shared by both tables. */
+/* Every member but caps and the convolutions, shared by both tables. */
 #define SIM_TABLE                                                \
   .memory = {"sim", lamp_sim_alloc, lamp_sim_free, lamp_sim_zero}, \
   .count = sim_count,                                            \
@@ -52,12 +53,14 @@ static int sim_count(void) { return 1; }
   .maxpool_backward = lamp_sim_maxpool_backward,                 \
   .avgpool_forward = lamp_sim_avgpool_forward,                   \
   .avgpool_backward = lamp_sim_avgpool_backward,                 \
-  .conv2d_forward = lamp_sim_conv2d_forward,                     \
-  .conv2d_backward = lamp_sim_conv2d_backward,                   \
   .conv2d_plan_free = lamp_sim_conv2d_plan_free,                 \
   .batchnorm_forward = lamp_sim_batchnorm_forward,               \
   .batchnorm_backward = lamp_sim_batchnorm_backward
 
-const lamp_backend lamp_sim_backend = {SIM_TABLE, .caps = LAMP_CAP_HOST_VIEW};
+const lamp_backend lamp_sim_backend = {SIM_TABLE, .caps = LAMP_CAP_HOST_VIEW,
+                                       .conv2d_forward = lamp_sim_conv2d_forward,
+                                       .conv2d_backward = lamp_sim_conv2d_backward};
 
-const lamp_backend lamp_sim_native16_backend = {SIM_TABLE, .caps = LAMP_CAP_HOST_VIEW | LAMP_CAP_NATIVE_16BIT_GEMM};
+const lamp_backend lamp_sim_native16_backend = {SIM_TABLE, .caps = LAMP_CAP_HOST_VIEW | LAMP_CAP_NATIVE_16BIT_GEMM,
+                                                .conv2d_forward = lamp_sim_native16_conv2d_forward,
+                                                .conv2d_backward = lamp_sim_native16_conv2d_backward};

@@ -570,6 +570,7 @@ typedef struct sim_plan {
 
 typedef struct conv_call {
   sim_plan *plan;
+  int widen; /* the native-16 table: 16-bit operands are widened here */
   lamp_conv2d_args a;
 } conv_call;
 
@@ -580,7 +581,7 @@ typedef struct conv_call {
 */
 static lamp_status cpu_args(const conv_call *c, lamp_conv2d_args *out) {
   *out = c->a;
-  if (c->a.operand_dtype == LAMP_F32) return LAMP_OK;
+  if (!c->widen || c->a.operand_dtype == LAMP_F32) return LAMP_OK; /* else the CPU's refusal */
   const lamp_conv2d_shape *s = &c->a.shape;
   if (s->groups == 0) return LAMP_OK; /* the CPU refuses the shape, naming it */
   size_t n_weight = s->out_channels * (s->in_channels / s->groups) * s->kernel * s->kernel;
@@ -619,9 +620,10 @@ static lamp_status run_conv2d_backward(const void *p) {
 }
 
 /* The closure of a conv call: the arguments copied with host views, the plan boxed. */
-static lamp_status conv_call_of(const char *op, void **plan, const lamp_conv2d_args *a, conv_call *c) {
+static lamp_status conv_call_of(const char *op, void **plan, const lamp_conv2d_args *a, int widen, conv_call *c) {
   if (plan == NULL) return null_arg(op, "plan");
   if (a == NULL) return null_arg(op, "a");
+  c->widen = widen;
   c->a = *a;
   HOST(op, c->a, x);
   HOST(op, c->a, weight);
@@ -637,16 +639,26 @@ static lamp_status conv_call_of(const char *op, void **plan, const lamp_conv2d_a
   return LAMP_OK;
 }
 
-lamp_status lamp_sim_conv2d_forward(void **plan, const lamp_conv2d_args *a) {
+static lamp_status queue_conv(const char *op, lamp_sim_fn fn, void **plan, const lamp_conv2d_args *a, int widen) {
   conv_call c;
-  lamp_status st = conv_call_of("conv2d_forward", plan, a, &c);
-  return st == LAMP_OK ? QUEUE(run_conv2d_forward, c) : st;
+  lamp_status st = conv_call_of(op, plan, a, widen, &c);
+  return st == LAMP_OK ? QUEUE(fn, c) : st;
+}
+
+lamp_status lamp_sim_conv2d_forward(void **plan, const lamp_conv2d_args *a) {
+  return queue_conv("conv2d_forward", run_conv2d_forward, plan, a, 0);
 }
 
 lamp_status lamp_sim_conv2d_backward(void **plan, const lamp_conv2d_args *a) {
-  conv_call c;
-  lamp_status st = conv_call_of("conv2d_backward", plan, a, &c);
-  return st == LAMP_OK ? QUEUE(run_conv2d_backward, c) : st;
+  return queue_conv("conv2d_backward", run_conv2d_backward, plan, a, 0);
+}
+
+lamp_status lamp_sim_native16_conv2d_forward(void **plan, const lamp_conv2d_args *a) {
+  return queue_conv("conv2d_forward", run_conv2d_forward, plan, a, 1);
+}
+
+lamp_status lamp_sim_native16_conv2d_backward(void **plan, const lamp_conv2d_args *a) {
+  return queue_conv("conv2d_backward", run_conv2d_backward, plan, a, 1);
 }
 
 static lamp_status run_conv2d_plan_free(const void *p) {

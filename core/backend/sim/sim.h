@@ -33,4 +33,13 @@ extern const lamp_backend lamp_sim_native16_backend;
    (the one running finishes). Release before anything waits for the queue, or it waits forever. */
 void lamp_sim_hold(int on);
 
+/*
+** How often the host has blocked on the queue so far: lamp_synchronize, a blocking upload,
+** download or copy to the host, an event wait, or the sim draining its queue (a full arena, a
+** workspace release), each counted only when it waits for work the host has not waited for
+** already. A wait for work covered by an earlier one is free on a GPU too (cudaEventSynchronize on
+** a completed event returns at once). The measure of "one synchronisation per optimizer step".
+*/
+uint64_t lamp_sim_host_waits(void);
+
 #endif
