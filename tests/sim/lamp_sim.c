@@ -3,6 +3,8 @@
 ** device), so the tests can run any script with --device=sim, under scripts/lamp-run as well
 ** (LAMP_BIN=build/tests/lamp-sim). LAMP_SIM_NATIVE16=1 registers the table that advertises
 ** LAMP_CAP_NATIVE_16BIT_GEMM, so the layers take the 16-bit operand path a CUDA device takes.
+** LAMP_SIM_HOST_WAITS=1 prints the host's waits for the device (lamp_sim_host_waits) at the end,
+** "lamp-sim: N host waits", for the tests that count synchronisations per step.
 */
 #include <stdio.h>
 #include <stdlib.h>
@@ -23,5 +25,9 @@ int main(int argc, char **argv) {
     fprintf(stderr, "lamp-sim: %s\n", lamp_last_error());
     return 1;
   }
-  return lamp_cli_main(argc, argv);
+  int rc = lamp_cli_main(argc, argv);
+  const char *waits = getenv("LAMP_SIM_HOST_WAITS");
+  if (waits != NULL && strcmp(waits, "1") == 0)
+    fprintf(stderr, "lamp-sim: %llu host waits\n", (unsigned long long)lamp_sim_host_waits());
+  return rc;
 }

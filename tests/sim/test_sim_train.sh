@@ -76,6 +76,36 @@ done
 sim_case "native16-cnn-dropout-adamw-fp16" --net=cnn --precision=fp16 --optim=adamw "${common[@]}"
 sim_env=()
 
+# One host synchronisation per optimizer step (lamp-sim counts the host's waits for the device,
+# LAMP_SIM_HOST_WAITS=1): 20 steps wait exactly 10 times more than 10 steps, whatever the network,
+# the policy, the accumulation or the table; the runs cross epoch ends and fp16 skips steps.
+waits_of() { # log
+  sed -n 's/^lamp-sim: \([0-9]*\) host waits$/\1/p' "$1"
+}
+waits_case() { # name, arguments...
+  local name=$1
+  shift
+  local d="$tmp/waits-$name"
+  mkdir -p "$d"
+  env "${sim_env[@]}" LAMP_SIM_HOST_WAITS=1 "$lamp_sim" "$run" "$@" --device=sim --steps=10 --save="$d/a.lamp" \
+    >"$d/10.log" 2>&1
+  env "${sim_env[@]}" LAMP_SIM_HOST_WAITS=1 "$lamp_sim" "$run" "$@" --device=sim --steps=20 --save="$d/b.lamp" \
+    >"$d/20.log" 2>&1
+  local a b
+  a=$(waits_of "$d/10.log")
+  b=$(waits_of "$d/20.log")
+  [[ -n "$a" && -n "$b" && $((b - a)) -eq 10 ]]
+  check "waits-$name: one host wait per optimizer step (10 steps: ${a:-?}, 20 steps: ${b:-?})" $?
+}
+for net in mlp resnet cnn; do
+  waits_case "$net-fp16-accum2" --net=$net --precision=fp16 "${common[@]}"
+  waits_case "$net-bf16-accum1" --net=$net --precision=bf16 --accum=1 --clip=0.5 --limit=256
+done
+sim_env=(LAMP_SIM_NATIVE16=1)
+waits_case "native16-resnet-fp16-accum2" --net=resnet --precision=fp16 "${common[@]}"
+waits_case "native16-cnn-bf16-accum2" --net=cnn --precision=bf16 --optim=adamw "${common[@]}"
+sim_env=()
+
 # Two ranks over MPI: buckets all-reduced as backward produces them, on the simulated device.
 if command -v mpirun >/dev/null && [[ -f "$(dirname "$lamp")/plugins/comm/mpi.so" ]]; then
   for net in mlp resnet; do
