@@ -7,12 +7,16 @@
 ** (exec->rng_streams counts the stochastic layers a forward meets, in order), so a seed
 ** reproduces every mask of a run and two Dropouts in one network draw different masks. The
 ** mask (one byte per element, an activation) is kept for backward. It is drawn on the host, the
-** same sequence on every device, and copied to the device through its queue; the host buffer is
-** drawn into again only once that copy has been done (the next forward, a step later).
+** same sequence on every device, and copied to the device through its queue; a host buffer is
+** drawn into again only once that copy has been done. There is one buffer per exec->host_slot
+** (the trainer's micro-step in its group), so that wait falls after the optimizer step's one
+** synchronisation and costs nothing; with one buffer, the second micro-step of a group would
+** wait for the first one's copy.
 */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "backend/backend.h"
 #include "base/error.h"
@@ -20,13 +24,19 @@
 #include "nn/layer_util.h"
 #include "tensor/rng.h"
 
+/* A host buffer a mask is drawn into. */
+typedef struct mask_buffer {
+  uint8_t *drawn;     /* `capacity` bytes */
+  size_t capacity;
+  lamp_event *copied; /* recorded after its copy to the device; on mask_device */
+} mask_buffer;
+
 typedef struct dropout {
   lamp_layer base;
   double p;
-  lamp_tensor *mask;  /* u8, of the last training forward, on the device */
-  uint8_t *drawn;     /* the host buffer it is drawn into, `capacity` bytes */
-  size_t capacity;
-  lamp_event *copied; /* recorded after the mask's copy; on mask_device */
+  lamp_tensor *mask;     /* u8, of the last training forward, on the device */
+  mask_buffer *buffers;  /* one per host slot seen so far, n_buffers of them */
+  size_t n_buffers;
   lamp_device mask_device;
   int masked;         /* the last forward applied the mask (training with p > 0) */
   uint64_t forwards;  /* own count, used when the caller gives no exec->rng_streams */
@@ -70,24 +80,43 @@ static lamp_status check_like(const dropout *d, const lamp_tensor *t, const char
                     lamp_nn_shape_text(x->ndim, x->shape, want, sizeof want));
 }
 
-/* The host buffer for n mask bytes, once the device has copied its last contents. */
-static lamp_status host_buffer(dropout *d, lamp_device device, size_t n) {
+/* Waits until the device has copied every buffer, and forgets their events (on `device`). */
+static lamp_status wait_all_copied(dropout *d) {
   lamp_status st = LAMP_OK;
-  if (d->copied != NULL && d->mask_device != device) {
-    st = lamp_event_wait(d->copied);
-    lamp_event_free(d->copied);
-    d->copied = NULL;
+  for (size_t i = 0; i < d->n_buffers; i++) {
+    lamp_event *e = d->buffers[i].copied;
+    lamp_status waited = e != NULL ? lamp_event_wait(e) : LAMP_OK;
+    if (st == LAMP_OK) st = waited;
+    lamp_event_free(e);
+    d->buffers[i].copied = NULL;
   }
-  if (st == LAMP_OK && d->copied == NULL) {
-    st = lamp_event_new(device, &d->copied);
-    d->mask_device = device;
+  return st;
+}
+
+/* The host buffer of `slot` for n mask bytes, once the device has copied its last contents. */
+static lamp_status host_buffer(dropout *d, lamp_device device, unsigned slot, size_t n, mask_buffer **out) {
+  lamp_status st = LAMP_OK;
+  if (d->mask_device != device) st = wait_all_copied(d); /* events belong to their device */
+  d->mask_device = device;
+  if (st == LAMP_OK && slot >= d->n_buffers) {
+    mask_buffer *more = realloc(d->buffers, ((size_t)slot + 1) * sizeof *more);
+    if (more == NULL) return lamp_error(LAMP_ERR_SYSTEM, "Dropout(%g): out of memory for mask buffers", d->p);
+    memset(more + d->n_buffers, 0, ((size_t)slot + 1 - d->n_buffers) * sizeof *more);
+    d->buffers = more;
+    d->n_buffers = (size_t)slot + 1;
   }
-  if (st == LAMP_OK) st = lamp_event_wait(d->copied);
-  if (st != LAMP_OK || n <= d->capacity) return st;
-  uint8_t *bigger = realloc(d->drawn, n);
-  if (bigger == NULL) return lamp_error(LAMP_ERR_SYSTEM, "Dropout(%g): out of memory for a mask of %zu", d->p, n);
-  d->drawn = bigger;
-  d->capacity = n;
+  if (st != LAMP_OK) return st;
+  mask_buffer *b = &d->buffers[slot];
+  if (b->copied == NULL) st = lamp_event_new(device, &b->copied);
+  if (st == LAMP_OK) st = lamp_event_wait(b->copied);
+  if (st != LAMP_OK) return st;
+  if (n > b->capacity) {
+    uint8_t *bigger = realloc(b->drawn, n);
+    if (bigger == NULL) return lamp_error(LAMP_ERR_SYSTEM, "Dropout(%g): out of memory for a mask of %zu", d->p, n);
+    b->drawn = bigger;
+    b->capacity = n;
+  }
+  *out = b;
   return LAMP_OK;
 }
 
@@ -96,14 +125,15 @@ static lamp_status draw_mask(dropout *d, const lamp_exec *exec, const lamp_tenso
   if (exec->rng_streams != NULL) stream = (*exec->rng_streams)++;
   else index = d->forwards++;
   size_t n = lamp_tensor_numel(x);
+  mask_buffer *b = NULL;
   lamp_status st = lamp_tensor_ensure(&d->mask, LAMP_U8, exec->device, x->ndim, x->shape, LAMP_MEM_ACTIVATIONS);
-  if (st == LAMP_OK) st = host_buffer(d, exec->device, n);
+  if (st == LAMP_OK) st = host_buffer(d, exec->device, exec->host_slot, n, &b);
   if (st != LAMP_OK) return st;
   lamp_rng rng;
   lamp_rng_seed(&rng, mix64(exec->seed ^ mix64(index ^ mix64(stream + 0x9e3779b97f4a7c15ull))));
-  for (size_t i = 0; i < n; i++) d->drawn[i] = lamp_rng_uniform(&rng) >= d->p;
-  st = lamp_upload_async(exec->device, lamp_tensor_data(d->mask), d->drawn, n);
-  return st == LAMP_OK ? lamp_event_record(d->copied) : st;
+  for (size_t i = 0; i < n; i++) b->drawn[i] = lamp_rng_uniform(&rng) >= d->p;
+  st = lamp_upload_async(exec->device, lamp_tensor_data(d->mask), b->drawn, n);
+  return st == LAMP_OK ? lamp_event_record(b->copied) : st;
 }
 
 static lamp_status dropout_forward(lamp_layer *layer, const lamp_exec *exec, const lamp_tensor *x, lamp_tensor *y) {
@@ -144,10 +174,10 @@ static void dropout_describe(const lamp_layer *layer, char *buf, size_t size) {
 
 static void dropout_destroy(lamp_layer *layer) {
   dropout *d = (dropout *)layer;
-  if (d->copied != NULL) lamp_event_wait(d->copied); /* the device may still be reading drawn */
-  lamp_event_free(d->copied);
+  (void)wait_all_copied(d); /* the device may still be reading the buffers */
+  for (size_t i = 0; i < d->n_buffers; i++) free(d->buffers[i].drawn);
+  free(d->buffers);
   lamp_tensor_release(d->mask);
-  free(d->drawn);
   free(d);
 }
 

@@ -78,6 +78,13 @@ typedef struct lamp_exec {
   uint64_t seed;
   uint64_t forward_index;
   uint64_t *rng_streams;
+  /*
+  ** Which of its host buffers a layer that uploads from the host (Dropout's mask) draws into:
+  ** the micro-step of the optimizer step, given by the trainer (0 otherwise). A buffer is drawn
+  ** into again by the same micro-step of a later optimizer step, after the step's one
+  ** synchronisation, so waiting for its last upload costs nothing.
+  */
+  unsigned host_slot;
 } lamp_exec;
 
 typedef struct lamp_layer_ops {

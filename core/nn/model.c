@@ -45,6 +45,7 @@ struct lamp_model {
   int has_keep_f32;      /* some parameter is read in fp32 under every policy */
   uint64_t forwards;     /* training forwards so far: Dropout's masks derive from it */
   uint64_t rng_streams;  /* stochastic layers seen in the current forward */
+  unsigned host_slot;    /* the next forwards' exec.host_slot */
   lamp_tensor *y;        /* output buffer, reused across batches */
   const lamp_tensor *x;  /* borrowed input of the last forward, for backward */
   lamp_exec exec;        /* of the last forward */
@@ -447,6 +448,7 @@ lamp_tensor *lamp_model_buffers(const lamp_model *model) { return model->buffer_
 size_t lamp_model_n_buffers(const lamp_model *model) { return model->n_buffers; }
 uint64_t lamp_model_forward_index(const lamp_model *model) { return model->forwards; }
 void lamp_model_set_forward_index(lamp_model *model, uint64_t index) { model->forwards = index; }
+void lamp_model_set_host_slot(lamp_model *model, unsigned slot) { model->host_slot = slot; }
 const lamp_model_buffer *lamp_model_buffer_at(const lamp_model *model, size_t i) {
   return i < model->n_buffers ? &model->buffers[i] : NULL;
 }
@@ -535,7 +537,8 @@ lamp_status lamp_model_forward(lamp_model *model, const lamp_tensor *x, int trai
                             .grad_dtype = model->config.grad_dtype,
                             .seed = model->config.seed,
                             .forward_index = model->forwards,
-                            .rng_streams = &model->rng_streams};
+                            .rng_streams = &model->rng_streams,
+                            .host_slot = model->host_slot};
   model->rng_streams = 0;
   if (training) model->forwards++;
   lamp_layer *root = model->root;

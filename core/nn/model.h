@@ -69,6 +69,8 @@ const lamp_model_buffer *lamp_model_buffer_at(const lamp_model *model, size_t i)
    checkpoint saves it and a resume sets it back, so masks continue as in an unbroken run. */
 uint64_t lamp_model_forward_index(const lamp_model *model);
 void lamp_model_set_forward_index(lamp_model *model, uint64_t index);
+/* The exec.host_slot of the next forwards (layer.h): the trainer's micro-step in its group. */
+void lamp_model_set_host_slot(lamp_model *model, unsigned slot);
 
 /* The weight_dtype slab [numel], brought up to date with the masters first if it lags them;
    its data is current until the next optimizer step. */

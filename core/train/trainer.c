@@ -220,14 +220,16 @@ static lamp_status allocate_optimizer_state(lamp_trainer *t) {
   return LAMP_OK;
 }
 
-/* The step report on the device and its host copy: a few scalars and one loss per micro-step. */
+/* The step report on the device and its host copy: a few scalars and one loss per micro-step;
+   and the host copies of a group's batches. */
 static lamp_status allocate_report(lamp_trainer *t) {
   t->report_bytes = sizeof(lamp_step_report) + (size_t)t->config.accum * sizeof(double);
   t->report = lamp_mem_alloc(t->config.device, LAMP_MEM_WORKSPACE, t->report_bytes);
   t->report_host = calloc(1, t->report_bytes);
-  if (t->report_host == NULL) return lamp_error(LAMP_ERR_SYSTEM, "Trainer: out of memory for the step report");
-  if (t->report == NULL) return LAMP_ERR_SYSTEM;
-  return lamp_event_new(t->config.device, &t->uploaded);
+  t->staged = calloc((size_t)t->config.accum, sizeof *t->staged);
+  if (t->report_host == NULL || t->staged == NULL)
+    return lamp_error(LAMP_ERR_SYSTEM, "Trainer: out of memory for the step report");
+  return t->report == NULL ? LAMP_ERR_SYSTEM : LAMP_OK;
 }
 
 /* One segment per parameter tensor: the decay flag and lr multiplier travel with it. */
@@ -282,13 +284,26 @@ lamp_status lamp_trainer_new(lamp_trainer **out, const lamp_trainer_config *conf
   return LAMP_OK;
 }
 
+/* The host copies of the batches, once the device has read them (an error there was or will be
+   reported by a step: a trainer being freed has nothing to report it to). */
+static void free_staged(lamp_trainer *t) {
+  for (int k = 0; t->staged != NULL && k < t->config.accum; k++) {
+    lamp_staged_batch *s = &t->staged[k];
+    if (s->uploaded != NULL) (void)lamp_event_wait(s->uploaded);
+    lamp_event_free(s->uploaded);
+    lamp_tensor_release(s->x);
+    lamp_tensor_release(s->y);
+  }
+  free(t->staged);
+}
+
 void lamp_trainer_free(lamp_trainer *t) {
   if (t == NULL) return;
   for (uint32_t i = 0; i < LAMP_OPTIM_MAX_SLOTS; i++) lamp_mem_free(t->slots[i]);
   free(t->segments);
   lamp_mem_free(t->report);
   free(t->report_host);
-  lamp_event_free(t->uploaded);
+  free_staged(t);
   lamp_tensor_release(t->x_dev);
   lamp_tensor_release(t->y_dev);
   lamp_tensor_release(t->dlogits);
@@ -309,37 +324,44 @@ static lamp_exec exec_of(const lamp_trainer *t, int training) {
                      .grad_dtype = (lamp_dtype)t->policy.grad_dtype};
 }
 
+/* dst (a host tensor, made or reshaped as needed) = a copy of the host tensor src. */
+static lamp_status copy_on_host(lamp_tensor **dst, const lamp_tensor *src) {
+  lamp_status st = lamp_tensor_ensure(dst, src->dtype, LAMP_HOST, src->ndim, src->shape, LAMP_MEM_DATA);
+  if (st == LAMP_OK) memcpy(lamp_tensor_data(*dst), lamp_tensor_data(src), lamp_tensor_nbytes(src));
+  return st;
+}
+
 /*
-** The batch on the run device: x and y themselves when they are there, else copies made through
-** the device's queue (the event says when the host's buffers may be refilled; see
-** wait_for_upload). On the CPU nothing is copied.
+** The batch on the run device: x and y themselves when they are there, else copies uploaded
+** through the device's queue. The upload reads a host copy made here, so the caller may refill
+** its buffers at once (the loader reads the next batch while the device computes). Each
+** micro-step of a group has its own copy, refilled only by the same micro-step of a later group:
+** by then the group's report has come back, so waiting for the copy's upload costs nothing, and
+** the step keeps its one synchronisation. On the CPU nothing is copied.
 */
-static lamp_status on_device(lamp_trainer *t, const lamp_tensor **x, const lamp_tensor **y) {
+static lamp_status on_device(lamp_trainer *t, int slot, const lamp_tensor **x, const lamp_tensor **y) {
   lamp_device dev = t->config.device;
   if ((*x)->device == dev && (*y)->device == dev) return LAMP_OK;
   if ((*x)->device != LAMP_HOST || (*y)->device != LAMP_HOST || !lamp_tensor_is_contiguous(*x) ||
       !lamp_tensor_is_contiguous(*y))
     return lamp_error(LAMP_ERR_INVALID_ARG, "Trainer: a batch must be contiguous tensors on the host or on %s",
                       lamp_device_name(dev));
-  lamp_status st = lamp_tensor_ensure(&t->x_dev, (*x)->dtype, dev, (*x)->ndim, (*x)->shape, LAMP_MEM_DATA);
+  lamp_staged_batch *s = &t->staged[slot];
+  lamp_status st = s->uploaded == NULL ? lamp_event_new(dev, &s->uploaded) : LAMP_OK;
+  if (st == LAMP_OK) st = lamp_event_wait(s->uploaded);
+  if (st == LAMP_OK) st = copy_on_host(&s->x, *x);
+  if (st == LAMP_OK) st = copy_on_host(&s->y, *y);
+  if (st == LAMP_OK) st = lamp_tensor_ensure(&t->x_dev, (*x)->dtype, dev, (*x)->ndim, (*x)->shape, LAMP_MEM_DATA);
   if (st == LAMP_OK) st = lamp_tensor_ensure(&t->y_dev, (*y)->dtype, dev, (*y)->ndim, (*y)->shape, LAMP_MEM_DATA);
   if (st == LAMP_OK)
-    st = lamp_upload_async(dev, lamp_tensor_data(t->x_dev), lamp_tensor_data(*x), lamp_tensor_nbytes(*x));
+    st = lamp_upload_async(dev, lamp_tensor_data(t->x_dev), lamp_tensor_data(s->x), lamp_tensor_nbytes(s->x));
   if (st == LAMP_OK)
-    st = lamp_upload_async(dev, lamp_tensor_data(t->y_dev), lamp_tensor_data(*y), lamp_tensor_nbytes(*y));
-  if (st == LAMP_OK) st = lamp_event_record(t->uploaded);
+    st = lamp_upload_async(dev, lamp_tensor_data(t->y_dev), lamp_tensor_data(s->y), lamp_tensor_nbytes(s->y));
+  if (st == LAMP_OK) st = lamp_event_record(s->uploaded);
   if (st != LAMP_OK) return st;
-  t->upload_pending = 1;
   *x = t->x_dev;
   *y = t->y_dev;
   return LAMP_OK;
-}
-
-/* The host's batch buffers are free again once the device has read them. */
-static lamp_status wait_for_upload(lamp_trainer *t) {
-  if (!t->upload_pending) return LAMP_OK;
-  t->upload_pending = 0;
-  return lamp_event_wait(t->uploaded);
 }
 
 /* Where micro-step k's loss is written: the device copy of the report. */
@@ -350,7 +372,8 @@ static double *loss_slot(const lamp_trainer *t, int k) {
 static lamp_status forward_backward(lamp_trainer *t, const lamp_tensor *x, const lamp_tensor *y, double scale) {
   const lamp_tensor *logits;
   lamp_exec exec = exec_of(t, 1);
-  lamp_status st = on_device(t, &x, &y);
+  lamp_status st = on_device(t, t->micro, &x, &y);
+  lamp_model_set_host_slot(t->model, (unsigned)t->micro); /* Dropout's masks: as the batches */
   if (st == LAMP_OK) st = lamp_model_forward(t->model, x, 1, &logits);
   if (st != LAMP_OK) return st;
   st = lamp_tensor_ensure(&t->dlogits, logits->dtype, logits->device, logits->ndim, logits->shape,
@@ -504,7 +527,7 @@ static lamp_status loss_scale(const lamp_trainer *t, double *scale) {
                     (unsigned long long)t->stats.steps + t->stats.skipped_steps + 1);
 }
 
-/* One micro-batch, leaving the host's copy of it in use until wait_for_upload. */
+/* One micro-batch. */
 static lamp_status step(lamp_trainer *t, const lamp_tensor *x, const lamp_tensor *y) {
   double scale;
   lamp_status st = loss_scale(t, &scale);
@@ -525,8 +548,7 @@ static lamp_status step(lamp_trainer *t, const lamp_tensor *x, const lamp_tensor
 }
 
 lamp_status lamp_trainer_step(lamp_trainer *t, const lamp_tensor *x, const lamp_tensor *y) {
-  lamp_status st = step(t, x, y), waited = wait_for_upload(t); /* the caller may reuse x and y now */
-  return st != LAMP_OK ? st : waited;
+  return step(t, x, y); /* the caller may reuse x and y now: the device reads a copy */
 }
 
 /* ---- epochs and evaluation ---------------------------------------------------------------- */
@@ -636,9 +658,7 @@ lamp_status lamp_trainer_train(lamp_trainer *t, lamp_loader *loader, uint64_t ma
        that a checkpoint taken now is complete. */
     if (t->epoch_batches < per_epoch) {
       if (max_steps > 0 && t->micro == 0 && t->stats.steps + t->stats.skipped_steps - first_step >= max_steps) break;
-      /* the loader refills the buffers the last batch was uploaded from */
-      if ((st = wait_for_upload(t)) != LAMP_OK || (st = lamp_loader_next(loader, &x, &y, &has_batch)) != LAMP_OK)
-        return st;
+      if ((st = lamp_loader_next(loader, &x, &y, &has_batch)) != LAMP_OK) return st;
     }
     if (!has_batch) {
       if ((st = count_losses(t, t->micro, &loss_sum, &batches)) != LAMP_OK) return st;
@@ -654,7 +674,6 @@ lamp_status lamp_trainer_train(lamp_trainer *t, lamp_loader *loader, uint64_t ma
     lamp_progress_update(&progress, (size_t)t->epoch_batches, result->samples, batches ? loss_sum / (double)batches : 0.0, t->stats.lr,
                          t->stats.loss_scale, t->stats.skipped_steps);
   }
-  if ((st = wait_for_upload(t)) != LAMP_OK) return st;
   result->mean_loss = batches ? loss_sum / (double)batches : 0.0;
   result->steps = t->stats.steps + t->stats.skipped_steps - first_step;
   result->skipped_steps = t->stats.skipped_steps - first_skipped;
@@ -681,11 +700,12 @@ lamp_status lamp_trainer_evaluate(lamp_trainer *t, lamp_loader *loader, lamp_eva
   for (;;) {
     lamp_tensor *x, *y;
     int has_batch;
-    if ((st = wait_for_upload(t)) != LAMP_OK || (st = lamp_loader_next(loader, &x, &y, &has_batch)) != LAMP_OK)
-      return st;
+    if ((st = lamp_loader_next(loader, &x, &y, &has_batch)) != LAMP_OK) return st;
     if (!has_batch) break;
     const lamp_tensor *logits, *xd = x, *yd = y;
-    if ((st = on_device(t, &xd, &yd)) != LAMP_OK || (st = lamp_model_forward(t->model, xd, 0, &logits)) != LAMP_OK)
+    /* Slot 0: its event wait keeps it safe while a group is open (lamp_trainer_step, an epoch that
+       ended inside a group). */
+    if ((st = on_device(t, 0, &xd, &yd)) != LAMP_OK || (st = lamp_model_forward(t->model, xd, 0, &logits)) != LAMP_OK)
       return st;
     st = t->config.loss->ops->forward_backward(t->config.loss, &exec, logits, yd, 1.0f, loss, NULL, correct);
     if (st == LAMP_OK) st = lamp_copy(LAMP_HOST, t->report_host, t->config.device, t->report, sizeof(lamp_step_report));

@@ -20,6 +20,12 @@ typedef struct lamp_step_report {
   double loss[];     /* the mean loss of each micro-step of the group, accum of them */
 } lamp_step_report;
 
+/* A host batch copied for its upload to the run device (trainer.c, on_device). */
+typedef struct lamp_staged_batch {
+  lamp_tensor *x, *y;   /* host copies of the caller's batch */
+  lamp_event *uploaded; /* recorded after their upload: they may be refilled */
+} lamp_staged_batch;
+
 struct lamp_trainer {
   lamp_trainer_config config;
   lamp_model *model;
@@ -38,8 +44,7 @@ struct lamp_trainer {
   size_t report_bytes;
   int losses_counted;         /* micro-steps of the open group whose loss an epoch has counted */
   lamp_tensor *x_dev, *y_dev; /* the batch, copied to the run device when it is not there */
-  lamp_event *uploaded;       /* recorded after that copy: the host's buffers may be refilled */
-  int upload_pending;
+  lamp_staged_batch *staged;  /* one per micro-step of a group (accum): what it is uploaded from */
   lamp_grad_buckets buckets;  /* the all-reduce of the gradient slab, cut to overlap backward */
   int micro;                  /* micro-steps done in the current accumulation group */
   uint64_t epochs_done;

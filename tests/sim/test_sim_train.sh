@@ -5,6 +5,10 @@
 # new process, leave a checkpoint byte-identical to 10 straight steps on the CPU; and so do 2
 # ranks over MPI with gradient buckets. The checkpoint holds parameters, masters, optimizer
 # state, the loss scaler, BatchNorm buffers and counters, so `cmp` compares all of them.
+# The 16-bit runs are repeated on the native-16 sim (LAMP_SIM_NATIVE16=1: LAMP_CAP_NATIVE_16BIT_GEMM,
+# as on CUDA), where the layers hand the device 16-bit operands: the same bytes, since widening is
+# exact. Under fp16 the initial scale overflows, so skipped steps and the scale's backoff are
+# compared too (and each fp16 run must have skipped some).
 # Usage: test_sim_train.sh LAMP LAMP_SIM SOURCE_DIR
 set -u
 lamp=$1
@@ -37,12 +41,23 @@ sim_case() { # name, arguments...
   mkdir -p "$d"
   "$lamp" "$run" "$@" --steps=10 --save="$d/cpu.lamp" >"$d/cpu.log" 2>&1
   check "$name: 10 steps on the cpu" $?
-  "$lamp_sim" "$run" "$@" --device=sim --steps=6 --save="$d/half.lamp" >"$d/first.log" 2>&1
+  env "${sim_env[@]}" "$lamp_sim" "$run" "$@" --device=sim --steps=6 --save="$d/half.lamp" >"$d/first.log" 2>&1
   check "$name: 6 steps on the sim" $?
-  "$lamp_sim" "$run" "$@" --device=sim --steps=4 --resume="$d/half.lamp" --save="$d/sim.lamp" >"$d/second.log" 2>&1
+  env "${sim_env[@]}" "$lamp_sim" "$run" "$@" --device=sim --steps=4 --resume="$d/half.lamp" --save="$d/sim.lamp" \
+    >"$d/second.log" 2>&1
   check "$name: resumed on the sim, 4 more" $?
   same "$name" "$d/cpu.lamp" "$d/sim.lamp" "$d/cpu.log" "$d/second.log"
+  local last
+  last=$(grep -o 'steps [0-9]* skipped [0-9]* scale .*' "$d/cpu.log")
+  [[ -n "$last" && "$last" == "$(grep -o 'steps [0-9]* skipped [0-9]* scale .*' "$d/second.log")" ]]
+  check "$name: the same steps, skipped steps and scale as the cpu ($last)" $?
+  if [[ "$*" == *--precision=fp16* ]]; then
+    [[ "$last" =~ skipped\ [1-9] ]]
+    check "$name: fp16 skipped steps (the overflow path ran)" $?
+  fi
 }
+
+sim_env=()
 
 common=(--accum=2 --clip=0.5 --limit=256)
 for p in fp32 fp16 bf16; do
@@ -50,6 +65,46 @@ for p in fp32 fp16 bf16; do
   sim_case "resnet-$p" --net=resnet --precision=$p "${common[@]}"
 done
 sim_case "cnn-dropout-adamw-fp16" --net=cnn --precision=fp16 --optim=adamw "${common[@]}"
+
+# The 16-bit operand path: weights read from their 16-bit copies, operands never widened by the
+# layers.
+sim_env=(LAMP_SIM_NATIVE16=1)
+for p in fp16 bf16; do
+  sim_case "native16-mlp-$p" --net=mlp --precision=$p "${common[@]}"
+  sim_case "native16-resnet-$p" --net=resnet --precision=$p "${common[@]}"
+done
+sim_case "native16-cnn-dropout-adamw-fp16" --net=cnn --precision=fp16 --optim=adamw "${common[@]}"
+sim_env=()
+
+# One host synchronisation per optimizer step (lamp-sim counts the host's waits for the device,
+# LAMP_SIM_HOST_WAITS=1): 20 steps wait exactly 10 times more than 10 steps, whatever the network,
+# the policy, the accumulation or the table; the runs cross epoch ends and fp16 skips steps.
+waits_of() { # log
+  sed -n 's/^lamp-sim: \([0-9]*\) host waits$/\1/p' "$1"
+}
+waits_case() { # name, arguments...
+  local name=$1
+  shift
+  local d="$tmp/waits-$name"
+  mkdir -p "$d"
+  env "${sim_env[@]}" LAMP_SIM_HOST_WAITS=1 "$lamp_sim" "$run" "$@" --device=sim --steps=10 --save="$d/a.lamp" \
+    >"$d/10.log" 2>&1
+  env "${sim_env[@]}" LAMP_SIM_HOST_WAITS=1 "$lamp_sim" "$run" "$@" --device=sim --steps=20 --save="$d/b.lamp" \
+    >"$d/20.log" 2>&1
+  local a b
+  a=$(waits_of "$d/10.log")
+  b=$(waits_of "$d/20.log")
+  [[ -n "$a" && -n "$b" && $((b - a)) -eq 10 ]]
+  check "waits-$name: one host wait per optimizer step (10 steps: ${a:-?}, 20 steps: ${b:-?})" $?
+}
+for net in mlp resnet cnn; do
+  waits_case "$net-fp16-accum2" --net=$net --precision=fp16 "${common[@]}"
+  waits_case "$net-bf16-accum1" --net=$net --precision=bf16 --accum=1 --clip=0.5 --limit=256
+done
+sim_env=(LAMP_SIM_NATIVE16=1)
+waits_case "native16-resnet-fp16-accum2" --net=resnet --precision=fp16 "${common[@]}"
+waits_case "native16-cnn-bf16-accum2" --net=cnn --precision=bf16 --optim=adamw "${common[@]}"
+sim_env=()
 
 # Two ranks over MPI: buckets all-reduced as backward produces them, on the simulated device.
 if command -v mpirun >/dev/null && [[ -f "$(dirname "$lamp")/plugins/comm/mpi.so" ]]; then

@@ -559,31 +559,71 @@ lamp_status lamp_sim_avgpool_backward(void *dx, lamp_dtype dx_dtype, const void 
 /*
 ** A layer's conv plan as the caller holds it: a box made on the calling thread at the first call,
 ** so the caller's slot is written at once and never by the worker; the CPU plan inside is made,
-** used and freed on the worker alone.
+** used and freed on the worker alone, and so is `widened`: the layer's 16-bit weight and bias
+** operands widened to fp32 (the native-16 table, backend.c), which the CPU's convolution reads.
 */
 typedef struct sim_plan {
   void *cpu_plan;
+  float *widened; /* weight, then bias; `capacity` floats */
+  size_t capacity;
 } sim_plan;
 
 typedef struct conv_call {
   sim_plan *plan;
+  int widen; /* the native-16 table: 16-bit operands are widened here */
   lamp_conv2d_args a;
 } conv_call;
 
+/*
+** The arguments the CPU's convolution gets: c's own where its operands are fp32; else a copy
+** whose weight and bias point at their exact fp32 widening in the plan, as a device reading
+** 16-bit operands natively would widen them in its own registers.
+*/
+static lamp_status cpu_args(const conv_call *c, lamp_conv2d_args *out) {
+  *out = c->a;
+  if (!c->widen || c->a.operand_dtype == LAMP_F32) return LAMP_OK; /* else the CPU's refusal */
+  const lamp_conv2d_shape *s = &c->a.shape;
+  if (s->groups == 0) return LAMP_OK; /* the CPU refuses the shape, naming it */
+  size_t n_weight = s->out_channels * (s->in_channels / s->groups) * s->kernel * s->kernel;
+  size_t n_bias = c->a.bias != NULL ? s->out_channels : 0;
+  sim_plan *plan = c->plan;
+  if (n_weight + n_bias > plan->capacity) {
+    float *bigger = realloc(plan->widened, (n_weight + n_bias) * sizeof(float));
+    if (bigger == NULL)
+      return lamp_error(LAMP_ERR_SYSTEM, "sim: conv2d: out of host memory widening %zu operand values",
+                        n_weight + n_bias);
+    plan->widened = bigger;
+    plan->capacity = n_weight + n_bias;
+  }
+  lamp_status st = CPU.convert(plan->widened, LAMP_F32, c->a.weight, c->a.operand_dtype, n_weight);
+  if (st == LAMP_OK && n_bias > 0)
+    st = CPU.convert(plan->widened + n_weight, LAMP_F32, c->a.bias, c->a.operand_dtype, n_bias);
+  if (st != LAMP_OK) return st;
+  out->weight = plan->widened;
+  out->bias = n_bias > 0 ? plan->widened + n_weight : NULL;
+  out->operand_dtype = LAMP_F32;
+  return LAMP_OK;
+}
+
 static lamp_status run_conv2d_forward(const void *p) {
   const conv_call *c = p;
-  return CPU.conv2d_forward(&c->plan->cpu_plan, &c->a);
+  lamp_conv2d_args a;
+  lamp_status st = cpu_args(c, &a);
+  return st == LAMP_OK ? CPU.conv2d_forward(&c->plan->cpu_plan, &a) : st;
 }
 
 static lamp_status run_conv2d_backward(const void *p) {
   const conv_call *c = p;
-  return CPU.conv2d_backward(&c->plan->cpu_plan, &c->a);
+  lamp_conv2d_args a;
+  lamp_status st = cpu_args(c, &a);
+  return st == LAMP_OK ? CPU.conv2d_backward(&c->plan->cpu_plan, &a) : st;
 }
 
 /* The closure of a conv call: the arguments copied with host views, the plan boxed. */
-static lamp_status conv_call_of(const char *op, void **plan, const lamp_conv2d_args *a, conv_call *c) {
+static lamp_status conv_call_of(const char *op, void **plan, const lamp_conv2d_args *a, int widen, conv_call *c) {
   if (plan == NULL) return null_arg(op, "plan");
   if (a == NULL) return null_arg(op, "a");
+  c->widen = widen;
   c->a = *a;
   HOST(op, c->a, x);
   HOST(op, c->a, weight);
@@ -599,22 +639,33 @@ static lamp_status conv_call_of(const char *op, void **plan, const lamp_conv2d_a
   return LAMP_OK;
 }
 
-lamp_status lamp_sim_conv2d_forward(void **plan, const lamp_conv2d_args *a) {
+static lamp_status queue_conv(const char *op, lamp_sim_fn fn, void **plan, const lamp_conv2d_args *a, int widen) {
   conv_call c;
-  lamp_status st = conv_call_of("conv2d_forward", plan, a, &c);
-  return st == LAMP_OK ? QUEUE(run_conv2d_forward, c) : st;
+  lamp_status st = conv_call_of(op, plan, a, widen, &c);
+  return st == LAMP_OK ? QUEUE(fn, c) : st;
+}
+
+lamp_status lamp_sim_conv2d_forward(void **plan, const lamp_conv2d_args *a) {
+  return queue_conv("conv2d_forward", run_conv2d_forward, plan, a, 0);
 }
 
 lamp_status lamp_sim_conv2d_backward(void **plan, const lamp_conv2d_args *a) {
-  conv_call c;
-  lamp_status st = conv_call_of("conv2d_backward", plan, a, &c);
-  return st == LAMP_OK ? QUEUE(run_conv2d_backward, c) : st;
+  return queue_conv("conv2d_backward", run_conv2d_backward, plan, a, 0);
+}
+
+lamp_status lamp_sim_native16_conv2d_forward(void **plan, const lamp_conv2d_args *a) {
+  return queue_conv("conv2d_forward", run_conv2d_forward, plan, a, 1);
+}
+
+lamp_status lamp_sim_native16_conv2d_backward(void **plan, const lamp_conv2d_args *a) {
+  return queue_conv("conv2d_backward", run_conv2d_backward, plan, a, 1);
 }
 
 static lamp_status run_conv2d_plan_free(const void *p) {
   sim_plan *box;
   memcpy(&box, p, sizeof box);
   CPU.conv2d_plan_free(box->cpu_plan);
+  free(box->widened);
   free(box);
   return LAMP_OK;
 }

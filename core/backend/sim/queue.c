@@ -9,6 +9,10 @@
 ** message as the sticky error; later operations still run (the memory stays mapped, so nothing
 ** crashes), and the next call that waits for the queue reports the error once and clears it.
 ** Ordering is by sequence numbers: operation i is done once `completed` >= i.
+**
+** Host waits are counted (lamp_sim_host_waits) the way they cost on a GPU: a wait for work the
+** host has already waited for (an event recorded before the last synchronisation) returns at once
+** there, so only a wait past `known`, the last operation the host has waited for, counts.
 */
 #include <pthread.h>
 #include <stddef.h>
@@ -41,6 +45,8 @@ static struct {
   char message[LAMP_ERROR_MAX];
   uint64_t rng; /* the worker's alone */
   int held;     /* lamp_sim_hold: the worker starts nothing new */
+  uint64_t known;      /* the last operation the host has waited for */
+  uint64_t host_waits; /* waits past `known` */
 } q = {.once = PTHREAD_ONCE_INIT,
        .lock = PTHREAD_MUTEX_INITIALIZER,
        .work = PTHREAD_COND_INITIALIZER,
@@ -152,6 +158,10 @@ void lamp_sim_enqueue_or_run(lamp_sim_fn fn, const void *args, size_t size) {
 
 /* Until operation `seq` is done; called holding the lock. */
 static void wait_locked(uint64_t seq) {
+  if (seq > q.known) {
+    q.host_waits++;
+    q.known = seq;
+  }
   while (q.completed < seq) pthread_cond_wait(&q.done, &q.lock);
 }
 
@@ -228,6 +238,13 @@ lamp_status lamp_sim_event_record(void *event) {
 lamp_status lamp_sim_event_wait(void *event) { return lamp_sim_wait(((const sim_event *)event)->seq); }
 
 /* }====================================================== */
+
+uint64_t lamp_sim_host_waits(void) {
+  pthread_mutex_lock(&q.lock);
+  uint64_t n = q.host_waits;
+  pthread_mutex_unlock(&q.lock);
+  return n;
+}
 
 void lamp_sim_hold(int on) {
   pthread_mutex_lock(&q.lock);

@@ -15,6 +15,7 @@
 **
 ** It is not part of the lamp executable: a test program registers it with
 **   lamp_backend_register(LAMP_SIM, &lamp_sim_backend);
+** or, to run the 16-bit GEMM operand path a CUDA device takes, with lamp_sim_native16_backend.
 ** A forked child must not use it: the worker thread is not copied into the child.
 */
 #ifndef LAMP_BACKEND_SIM_H
@@ -24,8 +25,21 @@
 
 extern const lamp_backend lamp_sim_backend;
 
+/* The same device advertising LAMP_CAP_NATIVE_16BIT_GEMM: its GEMMs and convolutions take 16-bit
+   operands and widen them exactly inside the operation (backend.c). */
+extern const lamp_backend lamp_sim_native16_backend;
+
 /* For tests that need work provably still queued: while held, the worker starts no new operation
    (the one running finishes). Release before anything waits for the queue, or it waits forever. */
 void lamp_sim_hold(int on);
+
+/*
+** How often the host has blocked on the queue so far: lamp_synchronize, a blocking upload,
+** download or copy to the host, an event wait, or the sim draining its queue (a full arena, a
+** workspace release), each counted only when it waits for work the host has not waited for
+** already. A wait for work covered by an earlier one is free on a GPU too (cudaEventSynchronize on
+** a completed event returns at once). The measure of "one synchronisation per optimizer step".
+*/
+uint64_t lamp_sim_host_waits(void);
 
 #endif

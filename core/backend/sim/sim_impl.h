@@ -120,6 +120,9 @@ lamp_status lamp_sim_avgpool_backward(void *dx, lamp_dtype dx_dtype, const void 
                                       size_t n_planes, const lamp_conv_geom *g);
 lamp_status lamp_sim_conv2d_forward(void **plan, const lamp_conv2d_args *a);
 lamp_status lamp_sim_conv2d_backward(void **plan, const lamp_conv2d_args *a);
+/* The native-16 table's: 16-bit weight and bias operands widened exactly to fp32 on the worker. */
+lamp_status lamp_sim_native16_conv2d_forward(void **plan, const lamp_conv2d_args *a);
+lamp_status lamp_sim_native16_conv2d_backward(void **plan, const lamp_conv2d_args *a);
 void lamp_sim_conv2d_plan_free(void *plan);
 lamp_status lamp_sim_batchnorm_forward(const lamp_batchnorm_args *a);
 lamp_status lamp_sim_batchnorm_backward(const lamp_batchnorm_args *a);
