@@ -8,7 +8,9 @@
 ** signalling), fp32 subnormals, FLT_MAX; random fp32 patterns over the whole range. The
 ** reductions are checked through the device's own combining order, simulated lane by lane:
 ** arg-max exactly, sum_rows exactly, cross-entropy's count exactly and its loss and gradient to
-** the rounding a different summation order allows.
+** the rounding a different summation order allows. Then the fault record's protocol and message
+** (core/backend/cuda/fault_record.h), by which a label out of range found on the device becomes
+** the CPU's error.
 */
 #include <float.h>
 #include <math.h>
@@ -24,6 +26,8 @@
 
 #include "backend/backend.h"
 #include "backend/cuda/elementwise_math.h"
+#include "backend/cuda/fault_record.h"
+#include "base/error.h"
 #include "tensor/half.h"
 
 static const lamp_dtype dtypes[] = {LAMP_F32, LAMP_F16, LAMP_BF16};
@@ -545,6 +549,40 @@ static void softmax_exp_is_within_an_ulp_of_expf(void **state) {
   assert_true(bits_of(lamp_em_softmax_exp(-1.5f)) == bits_of(expf(-1.5f))); /* the host build uses expf */
 }
 
+/* ---- the fault record ---------------------------------------------------------------------- */
+
+/* The first fault since the last report wins, is taken once, and reads as the CPU's error. */
+static void fault_record_reports_the_first_fault_in_the_cpu_words(void **state) {
+  (void)state;
+  lamp_cuda_fault f;
+  memset((void *)&f, 0, sizeof f);
+  int label = 0;
+  size_t row = 0, classes = 0;
+  assert_int_equal(lamp_cuda_fault_take(&f, &label, &row, &classes), 0);
+  lamp_cuda_fault_raise(&f, 12, 3, 10);
+  lamp_cuda_fault_raise(&f, -1, 7, 10); /* a later launch's fault, while the first is pending */
+  assert_int_equal(lamp_cuda_fault_take(&f, &label, &row, &classes), 1);
+  assert_int_equal(label, 12);
+  assert_int_equal(row, 3);
+  assert_int_equal(classes, 10);
+  assert_int_equal(lamp_cuda_fault_take(&f, &label, &row, &classes), 0);
+  lamp_cuda_fault_raise(&f, -1, 0, 5); /* after the report, the next one is recorded */
+  assert_int_equal(lamp_cuda_fault_take(&f, &label, &row, &classes), 1);
+  assert_int_equal(label, -1);
+  assert_int_equal(row, 0);
+  assert_int_equal(classes, 5);
+
+  float logits[4 * 10] = {0};
+  int32_t labels[4] = {1, 2, 3, 12};
+  double loss = 0.0;
+  assert_int_equal(lamp_cross_entropy(LAMP_CPU, logits, LAMP_F32, labels, 4, 10, 1.0f, &loss, NULL, LAMP_F32, NULL),
+                   LAMP_ERR_INVALID_ARG);
+  char message[128];
+  snprintf(message, sizeof message, LAMP_CUDA_FAULT_LABEL_FORMAT, 12, (size_t)3, (size_t)10);
+  assert_string_equal(lamp_last_error(), message);
+  assert_string_equal(message, "cross_entropy: label 12 at row 3 is outside [0, 10)");
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(widening_matches_every_pattern),
@@ -559,6 +597,7 @@ int main(void) {
       cmocka_unit_test(argmax_matches_through_lanes),
       cmocka_unit_test(cross_entropy_matches_through_lanes),
       cmocka_unit_test(softmax_exp_is_within_an_ulp_of_expf),
+      cmocka_unit_test(fault_record_reports_the_first_fault_in_the_cpu_words),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -129,14 +129,7 @@ static __global__ void ce_total_kernel(ce_total_args a) {
   }
   if (t != 0) return;
   if (bad[0] != ULLONG_MAX) {
-    lamp_cuda_fault *f = a.fault;
-    if (f->raised == f->reported) { /* else an earlier fault is still to be reported: it wins */
-      f->label = a.labels[bad[0]];
-      f->row = bad[0];
-      f->classes = a.classes;
-      __threadfence_system(); /* the details reach the host before the count that announces them */
-      f->raised = f->reported + 1u;
-    }
+    lamp_cuda_fault_raise(a.fault, a.labels[bad[0]], bad[0], a.classes);
     return;
   }
   *a.loss = a.rows ? loss[0] / (double)a.rows : 0.0; /* an empty batch has no loss to report */

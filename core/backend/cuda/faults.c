@@ -3,7 +3,7 @@
 ** range: the labels are device memory, so the host cannot look at them before the launch).
 ** CUDA reports its own errors at the next wait; these are reported at the same moment, by the
 ** runtime calling lamp_cuda_kernel_faults after each successful wait, from a record in pinned
-** host memory mapped into the device (kernels.h: lamp_cuda_fault). No copy is queued and no
+** host memory mapped into the device (fault_record.h). No copy is queued and no
 ** extra synchronisation is made: the host reads memory the finished kernels already wrote.
 */
 #include "backend/cuda/kernels.h"
@@ -33,14 +33,10 @@ lamp_status lamp_cuda_fault_record(lamp_cuda_fault **device_view) {
 
 lamp_status lamp_cuda_kernel_faults(void) {
   if (record == NULL) return LAMP_OK;
-  uint32_t raised = record->raised;
-  if (raised == record->reported) return LAMP_OK;
-  /* The device wrote the details before raising the count (with a system-wide fence). */
-  int label = record->label;
-  size_t row = (size_t)record->row, classes = (size_t)record->classes;
-  record->reported = raised;
-  return lamp_cuda_svc->error(LAMP_ERR_INVALID_ARG, "cross_entropy: label %d at row %zu is outside [0, %zu)",
-                              label, row, classes);
+  int label;
+  size_t row, classes;
+  if (!lamp_cuda_fault_take(record, &label, &row, &classes)) return LAMP_OK;
+  return lamp_cuda_svc->error(LAMP_ERR_INVALID_ARG, LAMP_CUDA_FAULT_LABEL_FORMAT, label, row, classes);
 }
 
 void lamp_cuda_kernels_release(void) {

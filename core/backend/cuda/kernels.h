@@ -18,6 +18,7 @@
 #include <stdint.h>
 
 #include "backend/cuda/cuda_impl.h"
+#include "backend/cuda/fault_record.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -90,23 +91,7 @@ lamp_status lamp_cuda_convert_matrix(void *dst, lamp_dtype dst_dtype, size_t ld_
                                      lamp_dtype src_dtype, size_t ld_src, size_t rows, size_t cols);
 lamp_status lamp_cuda_scale_matrix(void *c, lamp_dtype dtype, size_t ldc, size_t rows, size_t cols, float beta);
 
-/*
-** The fault record (faults.c): pinned host memory the device writes into. A kernel that finds
-** a bad argument records it only while no earlier fault is waiting to be reported
-** (raised == reported): it writes the details, then raised = reported + 1. The host reads the
-** details only while raised != reported, then sets reported = raised. Each side writes only
-** its own counter, so neither needs an atomic across the bus.
-*/
-typedef struct lamp_cuda_fault {
-  volatile uint32_t raised;   /* written by the device */
-  volatile uint32_t reported; /* written by the host */
-  volatile int32_t label;     /* cross_entropy: the label out of range ... */
-  volatile uint32_t unused;
-  volatile uint64_t row;      /* ... its row ... */
-  volatile uint64_t classes;  /* ... and the class count it broke */
-} lamp_cuda_fault;
-
-/* The record's device address (made on first use), or NULL with the error set. */
+/* The fault record's device address (fault_record.h; made on first use), or the error. */
 lamp_status lamp_cuda_fault_record(lamp_cuda_fault **device_view);
 
 /* Destroys the cuBLAS handle (gemm.c); the next GEMM creates another. */
