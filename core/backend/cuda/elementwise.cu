@@ -12,9 +12,9 @@
 
 static __global__ void add_bias_rows_kernel(void *y, lamp_dtype y_dtype, const void *bias, lamp_dtype bias_dtype,
                                             size_t rows, size_t cols) {
-  LAMP_GRID_STRIDE(i, rows * cols) {
-    float v = lamp_em_add(lamp_em_load(y, y_dtype, i), lamp_em_load(bias, bias_dtype, i % cols));
-    lamp_em_store(y, y_dtype, i, v);
+  LAMP_MATRIX_STRIDE(r, c, rows, cols) {
+    float v = lamp_em_add(lamp_em_load(y, y_dtype, r * cols + c), lamp_em_load(bias, bias_dtype, c));
+    lamp_em_store(y, y_dtype, r * cols + c, v);
   }
 }
 
@@ -25,7 +25,8 @@ lamp_status lamp_cuda_add_bias_rows(void *y, lamp_dtype y_dtype, const void *bia
   if (s == LAMP_OK) s = lamp_cuda_check_data("add_bias_rows", "y", y, rows * cols);
   if (s == LAMP_OK) s = lamp_cuda_check_data("add_bias_rows", "bias", bias, rows ? cols : 0);
   if (s != LAMP_OK || rows * cols == 0) return s;
-  LAUNCH(add_bias_rows_kernel, rows * cols)(y, y_dtype, bias, bias_dtype, rows, cols);
+  add_bias_rows_kernel<<<lamp_cuda_matrix_grid(rows, cols), LAMP_CUDA_THREADS, 0, lamp_cuda_stream()>>>(
+      y, y_dtype, bias, bias_dtype, rows, cols);
   return lamp_cuda_launched("add_bias_rows");
 }
 

@@ -27,4 +27,19 @@ static inline unsigned lamp_cuda_blocks(size_t n) {
   for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < (n);                       \
        i += (size_t)blockDim.x * gridDim.x)
 
+/*
+** Matrices (rows x cols, row strides given): blocks of threads along a row, rows across the
+** grid's y dimension, each loop striding so any size is covered; no division per element.
+*/
+static inline dim3 lamp_cuda_matrix_grid(size_t rows, size_t cols) {
+  size_t x = (cols + LAMP_CUDA_THREADS - 1) / LAMP_CUDA_THREADS;
+  if (x > 64) x = 64;
+  return dim3(x < 1 ? 1u : (unsigned)x, rows < 1 ? 1u : rows > 65535 ? 65535u : (unsigned)rows, 1);
+}
+
+#define LAMP_MATRIX_STRIDE(r, c, rows, cols)                                                     \
+  for (size_t r = blockIdx.y; r < (rows); r += gridDim.y)                                       \
+    for (size_t c = (size_t)blockIdx.x * blockDim.x + threadIdx.x; c < (cols);                  \
+         c += (size_t)blockDim.x * gridDim.x)
+
 #endif
