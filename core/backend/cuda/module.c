@@ -1,0 +1,50 @@
+/*
+** The CUDA module's entry (module.h): checks the core's services, counts the devices, and hands
+** back the table: the runtime slots from this side (device.c, memory.c, queue.c), the kernel slots
+** from lamp_cuda_fill_kernels. It is the one symbol the module exports.
+*/
+#include "backend/cuda/runtime.h"
+
+#define LAMP_CUDA_EXPORT __attribute__((visibility("default")))
+
+/* What a training step's operations ask of the runtime at its end (run_script.c calls it once the
+   script is done): the scratch buffer and the pinned staging. */
+static void release_workspace(void) {
+  if (!lamp_cuda_is_active()) return;
+  lamp_cuda_memory_release();
+  lamp_cuda_queue_release();
+}
+
+static lamp_backend table;
+
+LAMP_CUDA_EXPORT lamp_status lamp_backend_module_open(const lamp_backend_services *svc, const lamp_backend **out);
+
+lamp_status lamp_backend_module_open(const lamp_backend_services *svc, const lamp_backend **out) {
+  lamp_status st = lamp_backend_services_check(svc, "cuda", LAMP_BACKEND_MODULE_VERSION, sizeof(lamp_backend));
+  if (st != LAMP_OK) return st;
+  lamp_cuda_svc = svc;
+  st = lamp_cuda_devices_open();
+  if (st != LAMP_OK) return st;
+  table = (lamp_backend){
+      .memory = {"cuda", lamp_cuda_alloc, lamp_cuda_free, lamp_cuda_zero},
+      /* cuBLAS reads fp16 and bf16 operands itself (gemm.c), so callers need not widen them */
+      .caps = LAMP_CAP_NATIVE_16BIT_GEMM,
+      .count = lamp_cuda_count,
+      .upload = lamp_cuda_upload,
+      .upload_async = lamp_cuda_upload_async,
+      .download = lamp_cuda_download,
+      .copy = lamp_cuda_copy,
+      .synchronize = lamp_cuda_synchronize,
+      .event_new = lamp_cuda_event_new,
+      .event_free = lamp_cuda_event_free,
+      .event_record = lamp_cuda_event_record,
+      .event_wait = lamp_cuda_event_wait,
+      .stream = lamp_cuda_stream_handle,
+      .release_workspace = release_workspace,
+      .select = lamp_cuda_select,
+      .describe = lamp_cuda_describe,
+  };
+  lamp_cuda_fill_kernels(&table);
+  *out = &table;
+  return LAMP_OK;
+}
