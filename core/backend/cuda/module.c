@@ -7,8 +7,8 @@
 
 #define LAMP_CUDA_EXPORT __attribute__((visibility("default")))
 
-/* What a training step's operations ask of the runtime at its end (run_script.c calls it once the
-   script is done): the scratch buffer and the pinned staging. */
+/* What the module keeps between calls, handed back when the core says its work is over
+   (lamp_backend_release_workspace): the scratch buffer and the pinned staging. */
 static void release_workspace(void) {
   if (!lamp_cuda_is_active()) return;
   lamp_cuda_memory_release();
