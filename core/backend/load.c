@@ -126,6 +126,10 @@ static lamp_status locate(module *m) {
   }
   m->path[0] = '\0';
   if (!m->built) return fail(m, LAMP_ERR_UNSUPPORTED, "%s", m->not_built);
+  if (strcmp(beside, built) == 0) /* lamp run from its build folder */
+    return fail(m, LAMP_ERR_UNSUPPORTED,
+                "the backend module %s was not found (looked for %s; set LAMP_BACKEND_DIR to the folder holding it)",
+                m->file, built);
   return fail(m, LAMP_ERR_UNSUPPORTED,
               "the backend module %s was not found (looked for %s and %s; set LAMP_BACKEND_DIR to the folder "
               "holding it)",

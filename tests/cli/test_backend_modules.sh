@@ -10,8 +10,8 @@ lamp=$1
 src=$2
 fixtures=${LAMP_BACKEND_FIXTURE_DIR:?run under ctest (LAMP_BACKEND_FIXTURE_DIR)}
 tmp=$(mktemp -d)
-unsafe="$fixtures/unsafe.$$"
-trap 'rm -rf "$tmp" "$unsafe"' EXIT
+intree="$fixtures/run.$$" # inside the build tree, which the trust check accepts (mktemp -d is under /tmp)
+trap 'rm -rf "$tmp" "$intree"' EXIT
 passed=0
 failed=0
 
@@ -73,10 +73,16 @@ expected="device cuda: no CUDA device: no CUDA-capable device is detected (cudaE
 equal "the module's refusal, asked twice" "$out" "$expected"$'\n'"$expected"$'\n'"1"
 
 # A module anyone else could replace is refused like a plugin.
-mkdir -p "$unsafe" && cp "$fixtures/fake/cuda.so" "$unsafe/cuda.so" && chmod 0775 "$unsafe/cuda.so"
-out=$(LAMP_BACKEND_DIR="$unsafe" "$lamp" devices)
+mkdir -p "$intree" && cp "$fixtures/fake/cuda.so" "$intree/cuda.so" && chmod 0775 "$intree/cuda.so"
+out=$(LAMP_BACKEND_DIR="$intree" "$lamp" devices)
 equal "a group-writable module is refused" "$(cuda_line "$out")" \
-  "cuda: not available: device cuda: $unsafe/cuda.so: refusing a plugin file writable by its group (owner $(id -un), mode 0775); fix with chmod g-w $unsafe/cuda.so"
+  "cuda: not available: device cuda: $intree/cuda.so: refusing a plugin file writable by its group (owner $(id -un), mode 0775); fix with chmod g-w $intree/cuda.so"
+
+# Without LAMP_BACKEND_DIR, the module beside the executable comes before the build's.
+mkdir -p "$intree/bin/backends" && cp "$lamp" "$intree/bin/lamp" && cp "$fixtures/fake/cuda.so" "$intree/bin/backends/"
+out=$(env -u LAMP_BACKEND_DIR "$intree/bin/lamp" devices)
+equal "the module beside the executable" "$(cuda_line "$out")" \
+  "cuda: available, 2 devices (backend module $intree/bin/backends/cuda.so)"
 
 # A module that loads: the devices it has.
 out=$(LAMP_BACKEND_DIR="$fixtures/fake" "$lamp" devices)
