@@ -31,13 +31,27 @@ lamp_status lamp_backend_register(lamp_device device, const lamp_backend *backen
   return st;
 }
 
-/* The backend of `device`, loading its module on the first ask; NULL with the reason recorded. */
+/* The backend of `device` into *out, loading its module on the first ask; else why not (recorded:
+   a module's kept failure, or the device has no backend in this build). */
+static lamp_status find(lamp_device device, const lamp_backend **out) {
+  *out = NULL;
+  int slot = (unsigned)device < LAMP_DEVICE_SLOTS;
+  if (slot && backends[device] != NULL) {
+    *out = backends[device];
+    return LAMP_OK;
+  }
+  if (slot && lamp_backend_is_module(device)) {
+    lamp_status st = lamp_backend_load(device);
+    if (st == LAMP_OK) *out = backends[device];
+    return st;
+  }
+  return lamp_error(LAMP_ERR_UNSUPPORTED, "device %s is not supported by this build", lamp_device_name(device));
+}
+
 static const lamp_backend *backend_of(lamp_device device) {
-  if ((unsigned)device < LAMP_DEVICE_SLOTS && backends[device] != NULL) return backends[device];
-  if ((unsigned)device < LAMP_DEVICE_SLOTS && lamp_backend_is_module(device))
-    return lamp_backend_load(device) == LAMP_OK ? backends[device] : NULL;
-  lamp_error(LAMP_ERR_UNSUPPORTED, "device %s is not supported by this build", lamp_device_name(device));
-  return NULL;
+  const lamp_backend *b;
+  find(device, &b);
+  return b;
 }
 
 const lamp_backend *lamp_backend_get(lamp_device device, const char *op) {
@@ -47,9 +61,8 @@ const lamp_backend *lamp_backend_get(lamp_device device, const char *op) {
 }
 
 lamp_status lamp_device_check(lamp_device device) {
-  if (backend_of(device) != NULL) return LAMP_OK;
-  return (unsigned)device < LAMP_DEVICE_SLOTS && lamp_backend_is_module(device) ? lamp_backend_load(device)
-                                                                                 : LAMP_ERR_UNSUPPORTED;
+  const lamp_backend *b;
+  return find(device, &b);
 }
 
 int lamp_device_has(lamp_device device, unsigned caps) {
@@ -80,29 +93,29 @@ lamp_status lamp_device_parse(const char *name, lamp_device *out) {
 
 int lamp_device_ordinal(lamp_device device) { return backend_of(device) != NULL ? ordinals[device] : -1; }
 
-lamp_status lamp_device_select(lamp_device device, int ordinal) {
-  const lamp_backend *b = backend_of(device);
-  if (b == NULL) return LAMP_ERR_UNSUPPORTED;
+/* LAMP_OK when ordinal names one of the devices of b's kind. */
+static lamp_status check_ordinal(lamp_device device, const lamp_backend *b, int ordinal) {
   int count = b->count != NULL ? b->count() : 0;
-  if (ordinal < 0 || ordinal >= count)
-    return lamp_error(LAMP_ERR_INVALID_ARG, "device %s:%d does not exist (this process sees %d %s device%s)",
-                      lamp_device_name(device), ordinal, count, lamp_device_name(device), count == 1 ? "" : "s");
-  if (b->select != NULL) {
-    lamp_status st = b->select(ordinal);
-    if (st != LAMP_OK) return st;
-  }
-  ordinals[device] = ordinal;
-  return LAMP_OK;
+  if (ordinal >= 0 && ordinal < count) return LAMP_OK;
+  return lamp_error(LAMP_ERR_INVALID_ARG, "device %s:%d does not exist (this process sees %d %s device%s)",
+                    lamp_device_name(device), ordinal, count, lamp_device_name(device), count == 1 ? "" : "s");
+}
+
+lamp_status lamp_device_select(lamp_device device, int ordinal) {
+  const lamp_backend *b;
+  lamp_status st = find(device, &b);
+  if (st == LAMP_OK) st = check_ordinal(device, b, ordinal);
+  if (st == LAMP_OK && b->select != NULL) st = b->select(ordinal); /* the backend may refuse too */
+  if (st == LAMP_OK) ordinals[device] = ordinal;
+  return st;
 }
 
 lamp_status lamp_device_describe(lamp_device device, int ordinal, lamp_device_info *out) {
   memset(out, 0, sizeof *out);
-  const lamp_backend *b = backend_of(device);
-  if (b == NULL) return LAMP_ERR_UNSUPPORTED;
-  int count = b->count != NULL ? b->count() : 0;
-  if (ordinal < 0 || ordinal >= count)
-    return lamp_error(LAMP_ERR_INVALID_ARG, "device %s:%d does not exist (this process sees %d %s device%s)",
-                      lamp_device_name(device), ordinal, count, lamp_device_name(device), count == 1 ? "" : "s");
+  const lamp_backend *b;
+  lamp_status st = find(device, &b);
+  if (st == LAMP_OK) st = check_ordinal(device, b, ordinal);
+  if (st != LAMP_OK) return st;
   if (b->describe != NULL) return b->describe(ordinal, out);
   snprintf(out->name, sizeof out->name, "%s", b->memory.name);
   return LAMP_OK;
