@@ -35,7 +35,10 @@
 ** Devices, copies and ordering
 ** ======================================================= */
 
-/* LAMP_OK when `device` has a backend, else why not (the message names the device). */
+/* LAMP_OK when `device` has a backend, else why not (the message names the device). A device
+   whose backend is a module (cuda: core/backend/module.h) is loaded by the first call that asks
+   about it (this one, lamp_device_has/count/ordinal/select/describe, any operation); its failure
+   is kept and given, with the same message, to every later ask. */
 lamp_status lamp_device_check(lamp_device device);
 
 /* Whether the device's backend has every capability in `caps` (0 without a backend). */
@@ -46,6 +49,17 @@ int lamp_device_count(lamp_device device);
 
 /* A device from its name ("cpu", "cuda", "sim"); LAMP_ERR_INVALID_ARG naming the known ones. */
 lamp_status lamp_device_parse(const char *name, lamp_device *out);
+
+/* What one device is, for lamp.device() and `lamp devices`. */
+typedef struct lamp_device_info {
+  char name[256];         /* "NVIDIA H200"; the processor's model name on the CPU */
+  size_t memory;          /* bytes of device memory (the host's physical memory on the CPU); 0: unknown */
+  int cc_major, cc_minor; /* CUDA compute capability (9.0 on an H200); 0.0 where there is none */
+} lamp_device_info;
+
+/* Device `ordinal` (in [0, lamp_device_count)) of `device`'s kind; fails as lamp_device_check, or
+   with the device library's reason. */
+lamp_status lamp_device_describe(lamp_device device, int ordinal, lamp_device_info *out);
 
 /* Which of the devices of `device`'s kind this process uses: 0 unless lamp_device_select chose
    another; -1 without a backend. */

@@ -75,6 +75,13 @@ typedef struct lamp_backend {
   void (*conv2d_plan_free)(void *plan);
   lamp_status (*batchnorm_forward)(const lamp_batchnorm_args *a);
   lamp_status (*batchnorm_backward)(const lamp_batchnorm_args *a);
+
+  /* {==== devices of a kind (optional; added last so tables written before stay valid) ====} */
+  /* Makes ordinal (already checked against count) the device the backend's work goes to; may
+     refuse once work has gone to another (the message says why). NULL: nothing to do. */
+  lamp_status (*select)(int ordinal);
+  /* What device `ordinal` is (lamp_device_info, backend.h). NULL: its name only. */
+  lamp_status (*describe)(int ordinal, lamp_device_info *out);
 } lamp_backend;
 
 /*

@@ -11,6 +11,8 @@
 #ifndef LAMP_BACKEND_MODULE_H
 #define LAMP_BACKEND_MODULE_H
 
+#include <stddef.h>
+
 #include "backend/backend_impl.h"
 
 /* Raised whenever lamp_backend (backend_impl.h) or the services below change shape or meaning. */
@@ -34,6 +36,10 @@ typedef struct lamp_backend_services {
       __attribute__((format(printf, 3, 4)))
 #endif
       ;
+  /* Charges to (add) or returns from (sub) the core's memory ledger what a module keeps for
+     itself (scratch, pinned staging): what lamp_mem_alloc does for the blocks it hands out. */
+  void (*ledger_add)(lamp_device device, lamp_mem_tag tag, size_t bytes);
+  void (*ledger_sub)(lamp_device device, lamp_mem_tag tag, size_t bytes);
 } lamp_backend_services;
 
 /*
@@ -45,5 +51,28 @@ typedef struct lamp_backend_services {
 */
 #define LAMP_BACKEND_MODULE_ENTRY "lamp_backend_module_open"
 typedef lamp_status (*lamp_backend_module_open_fn)(const lamp_backend_services *svc, const lamp_backend **out);
+
+/*
+** What an entry checks first: LAMP_OK when the core's svc was built from the same interface as the
+** module, whose own LAMP_BACKEND_MODULE_VERSION and sizeof(lamp_backend) are module_version and
+** backend_size. Otherwise LAMP_ERR_INVALID_USAGE with "<device>: ..." naming both sides (no message
+** when svc is too short to hold error(): the loader then says so itself). Inline, so each module
+** carries the check it was built with.
+*/
+static inline lamp_status lamp_backend_services_check(const lamp_backend_services *svc, const char *device,
+                                                      uint32_t module_version, uint32_t backend_size) {
+  if (svc == NULL || svc->struct_size < offsetof(lamp_backend_services, error) + sizeof svc->error ||
+      svc->error == NULL)
+    return LAMP_ERR_INVALID_USAGE;
+  if (svc->version != module_version || svc->backend_size != backend_size ||
+      svc->struct_size != (uint32_t)sizeof *svc)
+    return svc->error(LAMP_ERR_INVALID_USAGE,
+                      "%s: the backend module was built for backend interface version %u (table %u bytes, "
+                      "services %u bytes) but lamp has version %u (table %u bytes, services %u bytes); "
+                      "rebuild lamp and its backend modules from one tree",
+                      device, (unsigned)module_version, (unsigned)backend_size, (unsigned)sizeof *svc,
+                      (unsigned)svc->version, (unsigned)svc->backend_size, (unsigned)svc->struct_size);
+  return LAMP_OK;
+}
 
 #endif

@@ -1,13 +1,16 @@
 /*
 ** The backends, one per device, registered in one place. The CPU's is built in; another device's
-** backend is registered once, before use (the simulated device by the programs built for the
-** tests). Registration also lends the backend's allocator to core/tensor, so tensors can live on
-** the device.
+** backend is registered once, before use: the simulated device's by the programs built for the
+** tests, a module's (cuda) by load.c when the device is first asked about. Every question about a
+** device goes through backend_of, which loads a module at most once, so a device's answer (its
+** table or its kept failure) is the same everywhere. Registration also lends the backend's
+** allocator to core/tensor, so tensors can live on the device.
 */
 #include <stdio.h>
 #include <string.h>
 
 #include "backend/backend_impl.h"
+#include "backend/load.h"
 #include "base/error.h"
 
 static const lamp_backend *backends[LAMP_DEVICE_SLOTS] = {[LAMP_CPU] = &lamp_cpu_backend};
@@ -28,24 +31,47 @@ lamp_status lamp_backend_register(lamp_device device, const lamp_backend *backen
   return st;
 }
 
-const lamp_backend *lamp_backend_get(lamp_device device, const char *op) {
-  if ((unsigned)device < LAMP_DEVICE_SLOTS && backends[device] != NULL) return backends[device];
-  lamp_error(LAMP_ERR_UNSUPPORTED, "%s: device %s is not supported by this build", op, lamp_device_name(device));
-  return NULL;
-}
-
-lamp_status lamp_device_check(lamp_device device) {
-  if ((unsigned)device < LAMP_DEVICE_SLOTS && backends[device] != NULL) return LAMP_OK;
+/* The backend of `device` into *out, loading its module on the first ask; else why not (recorded:
+   a module's kept failure, or the device has no backend in this build). */
+static lamp_status find(lamp_device device, const lamp_backend **out) {
+  *out = NULL;
+  int slot = (unsigned)device < LAMP_DEVICE_SLOTS;
+  if (slot && backends[device] != NULL) {
+    *out = backends[device];
+    return LAMP_OK;
+  }
+  if (slot && lamp_backend_is_module(device)) {
+    lamp_status st = lamp_backend_load(device);
+    if (st == LAMP_OK) *out = backends[device];
+    return st;
+  }
   return lamp_error(LAMP_ERR_UNSUPPORTED, "device %s is not supported by this build", lamp_device_name(device));
 }
 
+static const lamp_backend *backend_of(lamp_device device) {
+  const lamp_backend *b;
+  find(device, &b);
+  return b;
+}
+
+const lamp_backend *lamp_backend_get(lamp_device device, const char *op) {
+  const lamp_backend *b = backend_of(device);
+  if (b == NULL) lamp_error_context(LAMP_ERR_UNSUPPORTED, "%s", op);
+  return b;
+}
+
+lamp_status lamp_device_check(lamp_device device) {
+  const lamp_backend *b;
+  return find(device, &b);
+}
+
 int lamp_device_has(lamp_device device, unsigned caps) {
-  const lamp_backend *b = (unsigned)device < LAMP_DEVICE_SLOTS ? backends[device] : NULL;
+  const lamp_backend *b = backend_of(device);
   return b != NULL && (b->caps & caps) == caps;
 }
 
 int lamp_device_count(lamp_device device) {
-  const lamp_backend *b = (unsigned)device < LAMP_DEVICE_SLOTS ? backends[device] : NULL;
+  const lamp_backend *b = backend_of(device);
   return b != NULL && b->count != NULL ? b->count() : 0;
 }
 
@@ -65,24 +91,41 @@ lamp_status lamp_device_parse(const char *name, lamp_device *out) {
                     known);
 }
 
-int lamp_device_ordinal(lamp_device device) {
-  return (unsigned)device < LAMP_DEVICE_SLOTS && backends[device] != NULL ? ordinals[device] : -1;
+int lamp_device_ordinal(lamp_device device) { return backend_of(device) != NULL ? ordinals[device] : -1; }
+
+/* LAMP_OK when ordinal names one of the devices of b's kind. */
+static lamp_status check_ordinal(lamp_device device, const lamp_backend *b, int ordinal) {
+  int count = b->count != NULL ? b->count() : 0;
+  if (ordinal >= 0 && ordinal < count) return LAMP_OK;
+  return lamp_error(LAMP_ERR_INVALID_ARG, "device %s:%d does not exist (this process sees %d %s device%s)",
+                    lamp_device_name(device), ordinal, count, lamp_device_name(device), count == 1 ? "" : "s");
 }
 
 lamp_status lamp_device_select(lamp_device device, int ordinal) {
-  if (lamp_device_check(device) != LAMP_OK) return LAMP_ERR_UNSUPPORTED;
-  int count = lamp_device_count(device);
-  if (ordinal < 0 || ordinal >= count)
-    return lamp_error(LAMP_ERR_INVALID_ARG, "device %s:%d does not exist (this process sees %d %s device%s)",
-                      lamp_device_name(device), ordinal, count, lamp_device_name(device), count == 1 ? "" : "s");
-  ordinals[device] = ordinal;
+  const lamp_backend *b;
+  lamp_status st = find(device, &b);
+  if (st == LAMP_OK) st = check_ordinal(device, b, ordinal);
+  if (st == LAMP_OK && b->select != NULL) st = b->select(ordinal); /* the backend may refuse too */
+  if (st == LAMP_OK) ordinals[device] = ordinal;
+  return st;
+}
+
+lamp_status lamp_device_describe(lamp_device device, int ordinal, lamp_device_info *out) {
+  memset(out, 0, sizeof *out);
+  const lamp_backend *b;
+  lamp_status st = find(device, &b);
+  if (st == LAMP_OK) st = check_ordinal(device, b, ordinal);
+  if (st != LAMP_OK) return st;
+  if (b->describe != NULL) return b->describe(ordinal, out);
+  snprintf(out->name, sizeof out->name, "%s", b->memory.name);
   return LAMP_OK;
 }
 
 lamp_device lamp_run_device(void) { return run_device; }
 
 lamp_status lamp_set_run_device(lamp_device device) {
-  if (lamp_device_check(device) != LAMP_OK) return LAMP_ERR_UNSUPPORTED;
+  lamp_status st = lamp_device_check(device);
+  if (st != LAMP_OK) return st;
   run_device = device;
   return LAMP_OK;
 }

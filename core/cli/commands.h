@@ -8,6 +8,8 @@ int lamp_cli_main(int argc, char **argv);
 int lamp_cmd_run_script(const char *script, int argc, char **argv);
 int lamp_cmd_plugins(void);
 int lamp_cmd_plugin_info(const char *path);
+/* Every device kind: available with its devices, or why not (devices_cmd.c). */
+int lamp_cmd_devices(void);
 
 /* Re-executes once with a faster OpenBLAS kernel where the library misdetects the CPU. */
 void lamp_cli_tune_blas(char **argv);

@@ -6,6 +6,7 @@
 **   lamp SCRIPT.lua [ARGS...]   run a script; ARGS arrive in the global `arg`
 **   lamp plugins                list every plugin found
 **   lamp plugin-info PATH       print a plugin's descriptor without initialising it
+**   lamp devices                the devices this process can use, or why not
 */
 #include <stdio.h>
 #include <string.h>
@@ -18,9 +19,11 @@ static void usage(FILE *out) {
           "usage: lamp SCRIPT.lua [ARGS...]   run a training script (ARGS in the global 'arg')\n"
           "       lamp plugins                list every plugin found, with kind, version, ABI and path\n"
           "       lamp plugin-info PATH       print a plugin's descriptor without initialising it\n"
+          "       lamp devices                the devices this process can use (cpu, cuda), or why not\n"
           "       lamp --version | --help\n"
           "environment: LAMP_PLUGIN_PATH (';'-separated templates, '?' = name, '!' = kind),\n"
-          "             LAMP_PLUGIN_DIR, LAMP_DATA_DIR, LAMP_LOG=error|warn|info|debug\n");
+          "             LAMP_PLUGIN_DIR, LAMP_BACKEND_DIR (the folder holding cuda.so), LAMP_DATA_DIR,\n"
+          "             LAMP_LOG=error|warn|info|debug\n");
 }
 
 int lamp_cli_main(int argc, char **argv) {
@@ -40,6 +43,13 @@ int lamp_cli_main(int argc, char **argv) {
     return 0;
   }
   if (strcmp(cmd, "plugins") == 0) return lamp_cmd_plugins();
+  if (strcmp(cmd, "devices") == 0) {
+    if (argc != 2) {
+      fprintf(stderr, "lamp devices: expected no arguments, got %d\n", argc - 2);
+      return 2;
+    }
+    return lamp_cmd_devices();
+  }
   if (strcmp(cmd, "plugin-info") == 0) {
     if (argc != 3) {
       fprintf(stderr, "lamp plugin-info: expected one plugin path, got %d arguments\n", argc - 2);

@@ -1,7 +1,9 @@
 /*
 ** lamp.device() and lamp.devices(): which devices this process has, and which one the run trains
-** on. A device is described by a plain table {name =, ordinal =, count =}; lamp.device() also
-** makes it the run device (what a Trainer defaults to and what plugins are told).
+** on. A device is described by a plain table {name =, ordinal =, count =, device_name =, memory =,
+** compute_capability =}; lamp.device() also makes it the run device (what a Trainer defaults to and
+** what plugins are told). Asking for cuda loads its backend module: a device that cannot be used
+** raises the reason (module not built, a library missing, no driver, no device).
 */
 #include <stdlib.h>
 #include <string.h>
@@ -9,13 +11,23 @@
 #include "backend/backend.h"
 #include "lua/lua_util.h"
 
-/* {name =, ordinal =, count =} for a device this process can use. */
-static void push_device(lua_State *L, lamp_device device) {
-  lua_createtable(L, 0, 3);
+/* The table for device `ordinal` of a kind this process can use; raises when it cannot be
+   described. compute_capability ("9.0") only where the device has one. */
+static void push_device(lua_State *L, lamp_device device, int ordinal) {
+  lamp_device_info info;
+  lampL_check(L, lamp_device_describe(device, ordinal, &info));
+  lua_createtable(L, 0, 6);
   lua_pushstring(L, lamp_device_name(device));
   lua_setfield(L, -2, "name");
-  lampL_setinteger(L, "ordinal", lamp_device_ordinal(device));
+  lampL_setinteger(L, "ordinal", ordinal);
   lampL_setinteger(L, "count", lamp_device_count(device));
+  lua_pushstring(L, info.name);
+  lua_setfield(L, -2, "device_name");
+  lampL_setinteger(L, "memory", (lua_Integer)info.memory);
+  if (info.cc_major > 0) {
+    lua_pushfstring(L, "%d.%d", info.cc_major, info.cc_minor);
+    lua_setfield(L, -2, "compute_capability");
+  }
 }
 
 /* "cuda:1" -> cuda and 1; "sim" -> sim and -1 (none given). Raises the reason on failure. */
@@ -68,18 +80,23 @@ lamp_device lampL_check_device(lua_State *L, int idx, const char *what) {
 static int lamp_device_fn(lua_State *L) {
   lamp_device device = lampL_check_device(L, 1, "lamp.device");
   lampL_check(L, lamp_set_run_device(device));
-  push_device(L, device);
+  push_device(L, device, lamp_device_ordinal(device));
   return 1;
 }
 
-/* lamp.devices() -> the devices this process can use, the CPU first. */
+/* lamp.devices() -> one table per device this process can use (each ordinal), the CPU first.
+   Kinds that cannot be used are left out; lamp.device(name) says why. */
 static int lamp_devices_fn(lua_State *L) {
   lua_newtable(L);
   lua_Integer n = 0;
   for (int d = 0; d < LAMP_DEVICE_SLOTS; d++) {
-    if (lamp_device_check((lamp_device)d) != LAMP_OK || lamp_device_count((lamp_device)d) == 0) continue;
-    push_device(L, (lamp_device)d);
-    lua_seti(L, -2, ++n);
+    if (d >= LAMP_DEVICE_COUNT && !lamp_device_has_memory((lamp_device)d)) continue; /* an empty slot */
+    if (lamp_device_check((lamp_device)d) != LAMP_OK) continue;
+    int count = lamp_device_count((lamp_device)d);
+    for (int i = 0; i < count; i++) {
+      push_device(L, (lamp_device)d, i);
+      lua_seti(L, -2, ++n);
+    }
   }
   return 1;
 }

@@ -29,8 +29,10 @@ static lamp_status stub_error(lamp_status code, const char *fmt, ...) {
   return s;
 }
 
-static const lamp_backend_services services = {sizeof services, LAMP_BACKEND_MODULE_VERSION, sizeof(lamp_backend),
-                                               stub_error, NULL};
+static const lamp_backend_services services = {.struct_size = sizeof services,
+                                               .version = LAMP_BACKEND_MODULE_VERSION,
+                                               .backend_size = sizeof(lamp_backend),
+                                               .error = stub_error};
 const lamp_backend_services *lamp_cuda_svc = &services;
 
 lamp_status lamp_cuda_status(cudaError_t err, const char *what) {

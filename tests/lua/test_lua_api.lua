@@ -90,11 +90,20 @@ assert(mem.total.peak >= mem.total.current)
 assert(mem.sim == nil) -- other devices appear under their name once they have memory
 
 -- Devices: the CPU always; lamp.device() makes one the run device or says why it cannot.
+-- cuda is asserted for a machine without a CUDA driver (CI): the reason depends on whether this
+-- build has the CUDA backend module (ctest sets LAMP_TEST_HAVE_CUDA).
+local have_cuda = assert(os.getenv("LAMP_TEST_HAVE_CUDA"), "run under ctest (LAMP_TEST_HAVE_CUDA)") == "1"
+local cuda_unavailable = have_cuda
+  and "device cuda: no CUDA driver: CUDA driver version is insufficient for CUDA runtime version (cudaErrorInsufficientDriver)"
+  or "device cuda: this build has no CUDA backend (it was configured without the CUDA toolkit: install the toolkit and configure with -DLAMP_CUDA=ON)"
 local cpu = lamp.device("cpu")
 assert(cpu.name == "cpu" and cpu.ordinal == 0 and cpu.count == 1)
+assert(type(cpu.device_name) == "string" and #cpu.device_name > 0 and cpu.memory > 0 and cpu.compute_capability == nil)
 local devices = lamp.devices()
 assert(#devices == 1 and devices[1].name == "cpu")
-expect_error(function() lamp.device("cuda") end, "device cuda is not supported by this build")
+expect_error(function() lamp.device("cuda") end, cuda_unavailable)
+expect_error(function() lamp.device("cuda:1") end, cuda_unavailable) -- the reason is kept, not retried
+assert(lamp.device("cpu").name == "cpu") -- and the run goes on without the device
 expect_error(function() lamp.device("cuda:x") end, "lamp.device: 'cuda:x' has no valid ordinal after ':' (expected e.g. cuda:0)")
 expect_error(function() lamp.device("cpu:2") end, "device cpu:2 does not exist (this process sees 1 cpu device)")
 expect_error(function() lamp.device(7) end, "lamp.device: a device is a name (\"cpu\", \"cuda:0\") or lamp.device(...), got number")

@@ -2,15 +2,17 @@
 ** The backend registry and the uniform dispatch. A device without a backend fails every entry
 ** point with one message naming the device; a device whose table lacks an operation fails it with
 ** one message naming both. Adding a device is a table and one registration line: a minimal table
-** (memory, copies and one kernel) is registered in the cuda slot, which this build leaves empty,
-** and then allocates, copies, fills and is charged to its own ledger, while the operations it
-** lacks say so.
+** (memory, copies and one kernel) is registered in the cuda slot, left empty here by pointing
+** LAMP_BACKEND_DIR at a folder without a cuda module, and then allocates, copies, fills and is
+** charged to its own ledger, while the operations it lacks say so.
 */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include <cmocka.h>
 
@@ -43,16 +45,26 @@ static const lamp_backend tiny = {
     .fill = tiny_fill,
 };
 
+#define NO_BACKENDS LAMP_TEST_TMP_DIR "/no_backends"
+#define NO_MODULE "device cuda: no backend module " NO_BACKENDS "/cuda.so (LAMP_BACKEND_DIR is " NO_BACKENDS ")"
+
+/* The module's failure is kept: every entry point gives the same reason, after its own name. */
 static void test_a_device_without_backend(void **state) {
   (void)state;
   float c = 0;
   assert_int_equal(lamp_gemm(LAMP_CUDA, 0, 0, 1, 1, 1, 1.0f, &c, LAMP_F32, 1, &c, LAMP_F32, 1, 0.0f, &c, LAMP_F32, 1),
                    LAMP_ERR_UNSUPPORTED);
-  assert_string_equal(lamp_last_error(), "gemm: device cuda is not supported by this build");
+  assert_string_equal(lamp_last_error(), "gemm: " NO_MODULE);
   assert_int_equal(lamp_synchronize(LAMP_CUDA), LAMP_ERR_UNSUPPORTED);
-  assert_string_equal(lamp_last_error(), "synchronize: device cuda is not supported by this build");
+  assert_string_equal(lamp_last_error(), "synchronize: " NO_MODULE);
   assert_int_equal(lamp_device_check(LAMP_CUDA), LAMP_ERR_UNSUPPORTED);
-  assert_string_equal(lamp_last_error(), "device cuda is not supported by this build");
+  assert_string_equal(lamp_last_error(), NO_MODULE);
+  lamp_device_info info;
+  assert_int_equal(lamp_device_describe(LAMP_CUDA, 0, &info), LAMP_ERR_UNSUPPORTED);
+  assert_string_equal(lamp_last_error(), NO_MODULE);
+  /* a device that is no module keeps the registry's own message */
+  assert_int_equal(lamp_device_check((lamp_device)2), LAMP_ERR_UNSUPPORTED);
+  assert_string_equal(lamp_last_error(), "device device 2 is not supported by this build");
   assert_int_equal(lamp_device_count(LAMP_CUDA), 0);
   assert_int_equal(lamp_device_ordinal(LAMP_CUDA), -1);
   assert_false(lamp_device_has(LAMP_CUDA, 0));
@@ -72,6 +84,12 @@ static void test_adding_a_device(void **state) {
   assert_int_equal(d, LAMP_CUDA);
   OK(lamp_device_check(LAMP_CUDA));
   assert_int_equal(lamp_device_ordinal(LAMP_CUDA), 0);
+  lamp_device_info info;
+  OK(lamp_device_describe(LAMP_CUDA, 0, &info)); /* no describe slot: the backend's name */
+  assert_string_equal(info.name, "tiny");
+  assert_true(info.memory == 0 && info.cc_major == 0);
+  assert_int_equal(lamp_device_describe(LAMP_CUDA, 1, &info), LAMP_ERR_INVALID_ARG);
+  assert_string_equal(lamp_last_error(), "device tiny:1 does not exist (this process sees 1 tiny device)");
   assert_int_equal(lamp_device_select(LAMP_CUDA, 3), LAMP_ERR_INVALID_ARG);
   assert_string_equal(lamp_last_error(), "device tiny:3 does not exist (this process sees 1 tiny device)");
 
@@ -112,6 +130,9 @@ static void test_adding_a_device(void **state) {
 }
 
 int main(void) {
+  mkdir(LAMP_TEST_TMP_DIR, 0755);
+  mkdir(NO_BACKENDS, 0755);
+  setenv("LAMP_BACKEND_DIR", NO_BACKENDS, 1);
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_a_device_without_backend),
       cmocka_unit_test(test_adding_a_device),

@@ -548,12 +548,12 @@ static void unscale_large_slab_both_halves(void **state) {
   free(g);
 }
 
-/* ---- every kernel refuses a device this build lacks, by name ------------------------------ */
+/* ---- every kernel refuses a device this process cannot use, by name, with the reason -------- */
 
 #define ASSERT_UNSUPPORTED(call, name)                                                           \
   do {                                                                                           \
     assert_int_equal((call), LAMP_ERR_UNSUPPORTED);                                              \
-    assert_string_equal(lamp_last_error(), name ": device cuda is not supported by this build"); \
+    assert_string_equal(lamp_last_error(), name ": " LAMP_TEST_CUDA_UNAVAILABLE);                \
   } while (0)
 
 static void other_devices_are_unsupported(void **state) {

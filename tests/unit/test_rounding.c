@@ -26,6 +26,7 @@
 #include "backend/backend.h"
 #include "base/error.h"
 #include "tensor/half.h"
+#include "test_support.h"
 
 #define FAILS(expr, code, message)                                                    \
   do {                                                                                \
@@ -507,11 +508,11 @@ static void backend_errors(void **state) {
   (void)state;
   float src[4] = {1.0f, 2.0f, 3.0f, 4.0f}, dst[4] = {9.0f, 9.0f, 9.0f, 9.0f};
   FAILS(lamp_round_through(LAMP_CUDA, dst, src, LAMP_F16, 4), LAMP_ERR_UNSUPPORTED,
-        "round_through: device cuda is not supported by this build");
+        "round_through: " LAMP_TEST_CUDA_UNAVAILABLE);
   FAILS(lamp_accumulate_rounded(LAMP_CUDA, dst, src, LAMP_BF16, 4), LAMP_ERR_UNSUPPORTED,
-        "accumulate_rounded: device cuda is not supported by this build");
+        "accumulate_rounded: " LAMP_TEST_CUDA_UNAVAILABLE);
   FAILS(lamp_round_through(LAMP_CUDA, dst, src, LAMP_I32, 4), LAMP_ERR_UNSUPPORTED,
-        "round_through: device cuda is not supported by this build");
+        "round_through: " LAMP_TEST_CUDA_UNAVAILABLE);
   FAILS(lamp_round_through(LAMP_CPU, dst, src, LAMP_I32, 4), LAMP_ERR_UNSUPPORTED,
         "round_through: dtype i32 not supported for via (expected f32, f16 or bf16)");
   FAILS(lamp_accumulate_rounded(LAMP_CPU, dst, src, LAMP_U8, 4), LAMP_ERR_UNSUPPORTED,

@@ -25,6 +25,22 @@
 #include "tensor/rng.h"
 #include "tensor/tensor.h"
 
+/* ---- devices ------------------------------------------------------------------------------ */
+
+/* Why the cuda device cannot be used on the machine these tests assert for, one without a CUDA
+   driver (CI): the CUDA module's no-driver message where this build has the module, else the
+   loader's "not built" message. On a machine with a GPU the device loads instead, and
+   scripts/gpu-check.sh is the test. */
+#if LAMP_TEST_HAVE_CUDA
+#define LAMP_TEST_CUDA_UNAVAILABLE                                                                  \
+  "device cuda: no CUDA driver: CUDA driver version is insufficient for CUDA runtime version "     \
+  "(cudaErrorInsufficientDriver)"
+#else
+#define LAMP_TEST_CUDA_UNAVAILABLE                                                                  \
+  "device cuda: this build has no CUDA backend (it was configured without the CUDA toolkit: "      \
+  "install the toolkit and configure with -DLAMP_CUDA=ON)"
+#endif
+
 /* ---- files -------------------------------------------------------------------------------- */
 
 /* mkdir -p: creates path and its missing parents. */

@@ -62,7 +62,7 @@ static void test_a_device_without_backend_is_refused(void **state) {
   lamp_trainer_config c = config(&p, net, LAMP_CUDA);
   lamp_trainer *t = NULL;
   assert_int_equal(lamp_trainer_new(&t, &c), LAMP_ERR_UNSUPPORTED);
-  assert_string_equal(lamp_last_error(), "Trainer: device cuda is not supported by this build");
+  assert_string_equal(lamp_last_error(), "Trainer: " LAMP_TEST_CUDA_UNAVAILABLE);
   assert_null(t);
   assert_int_equal(lamp_run_device(), LAMP_CPU);
   lamp_layer_release(net);

@@ -57,4 +57,5 @@ const lamp_backend lamp_cpu_backend = {
     .conv2d_plan_free = lamp_cpu_conv2d_plan_free,
     .batchnorm_forward = lamp_cpu_batchnorm_forward,
     .batchnorm_backward = lamp_cpu_batchnorm_backward,
+    .describe = lamp_cpu_describe,
 };

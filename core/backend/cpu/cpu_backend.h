@@ -292,4 +292,7 @@ lamp_status lamp_cpu_channel_combine_masked(void *out, lamp_dtype out_dtype, con
 
 /* }====================================================== */
 
+/* The processor's model name and the machine's physical memory (describe.c). */
+lamp_status lamp_cpu_describe(int ordinal, lamp_device_info *out);
+
 #endif

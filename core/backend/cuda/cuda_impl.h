@@ -30,7 +30,9 @@ lamp_status lamp_cuda_status(cudaError_t err, const char *what);
 /* After a kernel launch: cudaGetLastError() as lamp_cuda_status(err, op). */
 lamp_status lamp_cuda_launched(const char *op);
 
-/* The stream every queued operation of the core goes to (non-blocking, created at open). */
+/* The stream every queued operation of the core goes to (non-blocking). It is created when the
+   chosen device is first used (an allocation, a copy: runtime.h), so it exists before any kernel
+   runs, every kernel's operands having been allocated. */
 cudaStream_t lamp_cuda_stream(void);
 
 /*
