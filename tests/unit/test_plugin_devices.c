@@ -21,6 +21,7 @@
 
 #include "backend/backend.h"
 #include "backend/sim/sim.h"
+#include "optim_cuda_expect.h"
 #include "base/error.h"
 #include "plugin/instance.h"
 #include "plugin/loader.h"
@@ -137,8 +138,13 @@ static void test_built_ins(void **state) {
   const lamp_plugin_handle *sgd = load(LAMP_KIND_OPTIM, "sgd");
   const lamp_plugin_handle *single = load(LAMP_KIND_COMM, "single");
   OK(lamp_plugin_check_device(sgd, LAMP_CPU));
+  assert_int_equal(sgd->desc->devices, OPTIM_DEVICES);
+#if LAMP_TEST_OPTIM_CUDA /* built with its CUDA step */
+  OK(lamp_plugin_check_device(sgd, LAMP_CUDA));
+#else
   assert_error(lamp_plugin_check_device(sgd, LAMP_CUDA), LAMP_ERR_UNSUPPORTED,
                "sgd: does not run on cuda (its devices: cpu)");
+#endif
   OK(lamp_plugin_check_device(single, LAMP_CUDA));
 }
 
