@@ -1,7 +1,9 @@
 -- Trains a small MLP a few steps with each built-in optimizer on the CPU, under fp32 and under
 -- bf16 without master weights (whose step writes the 16-bit weights itself, weights_out), and
 -- asserts that the loss falls. Used by test_optim_cuda_plugins.sh: plugins built with their CUDA
--- step must still load and train on a machine without CUDA.
+-- step must still load and train on a machine without CUDA. arg[1], where given, is a plugin
+-- built against ABI 1.1 (tests/bad_plugins/optim11.c), trained the same way: the core must not
+-- hand it weights_out, and must refresh the 16-bit weights itself.
 local lamp = require "lamp"
 local nn = lamp.nn
 local train = lamp.data.idx("fashion-mnist", "train"):subset(1, 1000)
@@ -11,6 +13,7 @@ local cases = {
   { "adam", { lr = 1e-3 } },
   { "adamw", { lr = 1e-3, weight_decay = 0.01 } },
 }
+if arg[1] then cases[#cases + 1] = { arg[1], { lr = 0.1 }, "optim11" } end
 for _, case in ipairs(cases) do
   for _, precision in ipairs { "fp32", "bf16" } do
     local trainer = lamp.Trainer {
@@ -21,7 +24,8 @@ for _, case in ipairs(cases) do
     }
     local first = trainer:epoch(loader).loss
     local last = trainer:epoch(loader).loss
-    print(string.format("%s %s: loss %.4f -> %.4f", case[1], precision, first, last))
-    assert(last < first, case[1] .. " under " .. precision .. " must lower the loss")
+    local name = case[3] or case[1]
+    print(string.format("%s %s: loss %.4f -> %.4f", name, precision, first, last))
+    assert(last < first, name .. " under " .. precision .. " must lower the loss")
   end
 end

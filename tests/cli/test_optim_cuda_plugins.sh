@@ -41,9 +41,9 @@ for name in sgd adam adamw; do
   check "$name.so declares devices $want_devices (got: $(grep '^devices ' <<<"$info"))" $?
 done
 
-out=$(cd "$src" && "$lamp" tests/cli/optim_steps.lua 2>&1)
-check "sgd, adam and adamw train on the cpu" $?
-for name in sgd adam adamw; do
+out=$(cd "$src" && "$lamp" tests/cli/optim_steps.lua "$build/tests/bad_plugins/optim11.so" 2>&1)
+check "sgd, adam, adamw and a plugin built against ABI 1.1 train on the cpu" $?
+for name in sgd adam adamw optim11; do
   for precision in fp32 bf16; do
     grep -q "^$name $precision: loss " <<<"$out"
     check "$name trains under $precision" $?
