@@ -190,7 +190,7 @@ static void cpu_segment(float *p, const float *grad, float *m, float *v, float *
   for (size_t i = 0; i < n; i += OUT_CHUNK) {
     const size_t k = n - i < OUT_CHUNK ? n - i : OUT_CHUNK;
     run_segment(p + i, grad + i, m + i, v + i, vmax != NULL ? vmax + i : NULL, k, c, flags);
-    lamp_optim_round_out(out + i, p + i, k, out_bf16);
+    lamp_optim_cpu_round_out(out + i, p + i, k, out_bf16);
   }
 }
 

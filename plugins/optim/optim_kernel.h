@@ -57,13 +57,15 @@ LAMP_OPTIM_FN uint16_t lamp_optim_to_f16(float x) {
   return (uint16_t)(sign | lamp_optim_shift_round(mantissa, 126u - (a >> 23)));
 }
 
-/* Branch-free: a NaN is truncated and made quiet, anything else rounds (a carry is correct). */
+/* Branch-free: a NaN is truncated and made quiet, anything else rounds (a carry is correct).
+   Signed compares and an arithmetic final shift, whose low 16 bits are the same, let the host
+   loop vectorise with SSE2's signed pack. */
 LAMP_OPTIM_FN uint16_t lamp_optim_to_bf16(float x) {
   const uint32_t bits = lamp_optim_float_bits(x);
   const uint32_t nan_mask = (int32_t)(bits & 0x7fffffffu) > (int32_t)0x7f800000u ? 0xffffffffu : 0u;
   const uint32_t round_up = (0x7fffu + ((bits >> 16) & 1u)) & ~nan_mask;
   const uint32_t quieted = bits | (0x00400000u & nan_mask);
-  return (uint16_t)((quieted + round_up) >> 16);
+  return (uint16_t)((int32_t)(quieted + round_up) >> 16);
 }
 
 /* out[i] = round(p[i]) for i in [0, n): the 16-bit weights the core would otherwise convert from

@@ -10,6 +10,8 @@
 
 #include "lamp/plugin.h"
 
+#include "optim_kernel.h"
+
 #ifndef LAMP_OPTIM_CUDA
 #define LAMP_OPTIM_CUDA 0
 #endif
@@ -36,6 +38,49 @@ static inline uint16_t *lamp_optim_weights_out(const lamp_optim_step *st) {
 /* The core's queue for a queued device (NULL: the default stream; absent before ABI 1.1). */
 static inline void *lamp_optim_stream(const lamp_optim_step *st) {
   return LAMP_STEP_HAS(st, stream) ? st->stream : NULL;
+}
+
+/*
+** The CPU step's rounding of a chunk into weights_out: optim_kernel.h's code, vectorised for AVX2
+** for bf16, and for fp16 F16C's conversion where the CPU has it (to nearest even, NaN kept quiet:
+** the same bits, as the core's F16C path is checked against the same scalar code on every
+** pattern in tests/unit/test_half.c). F16C in its 128-bit form: VEX.128 leaves no dirty upper
+** register state for the SSE code around it.
+*/
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__CUDACC__)
+#include <immintrin.h>
+__attribute__((target("f16c"))) static void lamp_optim_to_f16_f16c(uint16_t *out, const float *p,
+                                                                   size_t n) {
+  size_t i = 0;
+  for (; i + 4 <= n; i += 4)
+    _mm_storel_epi64((__m128i *)(void *)(out + i),
+                     _mm_cvtps_ph(_mm_loadu_ps(p + i), _MM_FROUND_TO_NEAREST_INT));
+  for (; i < n; i++) out[i] = lamp_optim_to_f16(p[i]);
+}
+/* bf16: the same integer code, vectorised 8 lanes wide; vzeroupper before returning to SSE. */
+__attribute__((target("avx2"))) static void lamp_optim_to_bf16_avx2(uint16_t *restrict out,
+                                                                    const float *restrict p,
+                                                                    size_t n) {
+  size_t i = 0;
+  for (; i + 16 <= n; i += 16) /* fixed blocks: vectorised at -O2 too */
+    for (size_t j = i; j < i + 16; j++) out[j] = lamp_optim_to_bf16(p[j]);
+  for (; i < n; i++) out[i] = lamp_optim_to_bf16(p[i]);
+  _mm256_zeroupper();
+}
+#define LAMP_OPTIM_CPU_HAS(feature) __builtin_cpu_supports(feature)
+#else
+#define lamp_optim_to_f16_f16c(out, p, n) lamp_optim_round_out((out), (p), (n), 0)
+#define lamp_optim_to_bf16_avx2(out, p, n) lamp_optim_round_out((out), (p), (n), 1)
+#define LAMP_OPTIM_CPU_HAS(feature) 0
+#endif
+
+static inline void lamp_optim_cpu_round_out(uint16_t *out, const float *p, size_t n, int is_bf16) {
+  if (!is_bf16 && LAMP_OPTIM_CPU_HAS("f16c"))
+    lamp_optim_to_f16_f16c(out, p, n);
+  else if (is_bf16 && LAMP_OPTIM_CPU_HAS("avx2"))
+    lamp_optim_to_bf16_avx2(out, p, n);
+  else
+    lamp_optim_round_out(out, p, n, is_bf16);
 }
 
 /* The checks every optimizer's step makes before touching memory. */

@@ -151,7 +151,7 @@ static void cpu_segment(float *p, const float *grad, float *buf, uint16_t *out, 
   for (size_t i = 0; i < n; i += OUT_CHUNK) {
     const size_t m = n - i < OUT_CHUNK ? n - i : OUT_CHUNK;
     run_segment(p + i, grad + i, buf != NULL ? buf + i : NULL, m, c, flags);
-    lamp_optim_round_out(out + i, p + i, m, out_bf16);
+    lamp_optim_cpu_round_out(out + i, p + i, m, out_bf16);
   }
 }
 
