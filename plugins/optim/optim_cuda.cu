@@ -15,7 +15,7 @@
 
 struct lamp_optim_cuda {
   int ordinal;                   /* the run's GPU, -1 until known */
-  int bound;                     /* cudaSetDevice(ordinal) done */
+  int checked;                   /* without an ordinal: the runtime has a current device */
   lamp_optim_segment *host_copy; /* what the device table holds */
   size_t n_segments, capacity;
   lamp_optim_segment *table;     /* device memory, capacity entries */
@@ -26,24 +26,28 @@ static lamp_status cuda_error(const lamp_host *h, lamp_ctx *ctx, const char *wha
                       (int)e);
 }
 
-/* The run's GPU, once; where the host cannot say which (no CUDA backend, or a core before ABI
-   1.1), the thread's current device, after checking that the runtime has one: a step on a
-   machine without a driver fails here with CUDA's own reason. */
+/*
+** The run's GPU, made the calling thread's current device on every step (cheap once its context
+** exists; the step may come from another thread than create). Where the host cannot say which
+** (no CUDA backend yet, or a core before ABI 1.1), the thread's current device, after checking
+** once that the runtime has one: on a machine without a driver the step fails here, with CUDA's
+** own reason.
+*/
 static lamp_status bind(lamp_optim_cuda *cu, const lamp_host *h, lamp_ctx *ctx) {
-  if (cu->bound) return LAMP_OK;
   if (cu->ordinal < 0 && LAMP_HOST_HAS(h, device_ordinal)) /* created before the device was chosen */
     cu->ordinal = h->device_ordinal(LAMP_CUDA);
-  int current = 0;
-  cudaError_t e = cu->ordinal >= 0 ? cudaSetDevice(cu->ordinal) : cudaGetDevice(&current);
-  if (e != cudaSuccess) {
+  if (cu->ordinal >= 0) {
+    cudaError_t e = cudaSetDevice(cu->ordinal);
+    if (e == cudaSuccess) return LAMP_OK;
     char what[48];
-    if (cu->ordinal >= 0)
-      snprintf(what, sizeof what, "cudaSetDevice(%d)", cu->ordinal);
-    else
-      snprintf(what, sizeof what, "cuda step");
+    snprintf(what, sizeof what, "cudaSetDevice(%d)", cu->ordinal);
     return cuda_error(h, ctx, what, e);
   }
-  cu->bound = 1;
+  if (cu->checked) return LAMP_OK;
+  int current = 0;
+  cudaError_t e = cudaGetDevice(&current);
+  if (e != cudaSuccess) return cuda_error(h, ctx, "cuda step", e);
+  cu->checked = 1;
   return LAMP_OK;
 }
 
