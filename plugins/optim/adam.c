@@ -209,21 +209,9 @@ static lamp_status adam_step(void *opt, const lamp_optim_step *st) {
   adam *a = opt;
   lamp_status status = check_step(a, st);
   if (status != LAMP_OK) return status;
-  /* Once per step, in double, as PyTorch's Python-side scalars are. */
-  const double t = (double)st->step;
-  const lamp_adam_scalars sc = {
-      .lr = st->lr,
-      .grad_scale = st->grad_scale,
-      .beta1 = a->beta1,
-      .beta2 = a->beta2,
-      .eps = a->eps,
-      .weight_decay = a->weight_decay,
-      .bc1 = 1.0 - pow(a->beta1, t),
-      .bc2_sqrt = (float)sqrt(1.0 - pow(a->beta2, t)),
-      .adamw = LAMP_ADAMW,
-  };
-  const unsigned flags =
-      (a->amsgrad ? LAMP_ADAM_AMSGRAD : 0) | (sc.bc2_sqrt == 1.0f ? LAMP_ADAM_UNIT_BC2 : 0);
+  const lamp_adam_scalars sc = lamp_adam_step_scalars(a->beta1, a->beta2, a->eps, a->weight_decay,
+                                                      LAMP_ADAMW, st->step, st->lr, st->grad_scale);
+  const unsigned flags = lamp_adam_step_flags(&sc, a->amsgrad);
 #if LAMP_OPTIM_CUDA
   if (st->device == LAMP_CUDA) return lamp_adam_cuda_step(a->cuda, a->host, a->ctx, st, &sc, flags);
 #endif

@@ -1,56 +1,40 @@
 /*
-** adam's and adamw's CUDA step: one launch over the whole slab on the core's stream, the
-** per-element update of adam_update.h (the CPU step's own code, built with --fmad=false so the
-** bits agree), the segment's scalars from the device table and the step's ones (bias corrections
-** in double, from the host) from the arguments, and the 16-bit weights written in the same pass.
+** adam's and adamw's CUDA step: one launch over the whole slab on the core's stream. Each thread
+** runs lamp_adam_thread (adam_update.h): the CPU step's own per-element code, built with
+** --fmad=false so the bits agree, the segment's scalars from the device table, the step's
+** (bias corrections in double, from the host) from the arguments, and the 16-bit weights written
+** in the same pass.
 */
 #include "optim_cuda.h"
 
-/* As sgd_cuda.cu's kernel; ADAMW picks the decay (decoupled or L2) at compile time. */
+/* ADAMW picks the decay (decoupled or L2) at compile time, as LAMP_ADAMW does on the CPU. */
 template <int ADAMW>
 static __global__ void __launch_bounds__(LAMP_OPTIM_THREADS)
-    adam_kernel(float *__restrict__ p, const float *__restrict__ grad, float *__restrict__ m,
-                float *__restrict__ v, float *__restrict__ vmax, uint16_t *__restrict__ out,
-                int out_bf16, size_t n, const lamp_optim_segment *__restrict__ seg, size_t n_seg,
-                lamp_adam_scalars s, unsigned step_flags) {
-  const size_t start = (size_t)blockIdx.x * LAMP_OPTIM_CHUNK + threadIdx.x;
-  const size_t end = min((size_t)(blockIdx.x + 1) * LAMP_OPTIM_CHUNK, n);
-  if (start >= end) return;
-  size_t k = lamp_optim_find_segment(seg, n_seg, start);
-  size_t seg_end = 0;
-  lamp_adam_coeffs c;
-  unsigned flags = step_flags;
-  for (size_t i = start; i < end; i += LAMP_OPTIM_THREADS) {
-    if (i >= seg_end) {
-      while (seg[k].offset + seg[k].count <= i) k++;
-      seg_end = seg[k].offset + seg[k].count;
-      flags = step_flags;
-      c = lamp_adam_segment(&s, seg[k].lr_mult, seg[k].decay_mult, &flags);
-    }
-    lamp_adam_update(p, grad, m, v, vmax, i, c, flags, ADAMW);
-    if (out != NULL) out[i] = out_bf16 ? lamp_optim_to_bf16(p[i]) : lamp_optim_to_f16(p[i]);
-  }
+    adam_kernel(lamp_adam_slabs a, lamp_adam_scalars s, unsigned flags) {
+  lamp_adam_thread(&a, &s, flags, blockIdx.x, threadIdx.x, ADAMW);
 }
 
 extern "C" lamp_status lamp_adam_cuda_step(lamp_optim_cuda *cu, const lamp_host *h,
                                            lamp_ctx *ctx, const lamp_optim_step *st,
                                            const lamp_adam_scalars *s, unsigned flags) {
   if (st->n == 0) return LAMP_OK;
-  const lamp_optim_segment *table;
+  lamp_adam_slabs a;
   unsigned grid;
-  lamp_status status = lamp_optim_cuda_prepare(cu, h, ctx, st, &table, &grid);
+  lamp_status status = lamp_optim_cuda_prepare(cu, h, ctx, st, &a.seg, &grid);
   if (status != LAMP_OK) return status;
-  uint16_t *out = lamp_optim_weights_out(st);
-  const int out_bf16 = out != NULL && st->weights_out_dtype == LAMP_BF16;
-  float *vmax = (flags & LAMP_ADAM_AMSGRAD) ? st->slots[2] : NULL;
+  a.p = st->params;
+  a.grad = st->grads;
+  a.m = st->slots[0];
+  a.v = st->slots[1];
+  a.vmax = (flags & LAMP_ADAM_AMSGRAD) ? st->slots[2] : NULL;
+  a.out = lamp_optim_weights_out(st);
+  a.out_bf16 = a.out != NULL && st->weights_out_dtype == LAMP_BF16;
+  a.n = st->n;
+  a.n_seg = st->n_segments;
   cudaStream_t stream = (cudaStream_t)lamp_optim_stream(st);
   if (s->adamw)
-    adam_kernel<1><<<grid, LAMP_OPTIM_THREADS, 0, stream>>>(
-        st->params, st->grads, st->slots[0], st->slots[1], vmax, out, out_bf16, st->n, table,
-        st->n_segments, *s, flags);
+    adam_kernel<1><<<grid, LAMP_OPTIM_THREADS, 0, stream>>>(a, *s, flags);
   else
-    adam_kernel<0><<<grid, LAMP_OPTIM_THREADS, 0, stream>>>(
-        st->params, st->grads, st->slots[0], st->slots[1], vmax, out, out_bf16, st->n, table,
-        st->n_segments, *s, flags);
+    adam_kernel<0><<<grid, LAMP_OPTIM_THREADS, 0, stream>>>(a, *s, flags);
   return lamp_optim_cuda_launched(h, ctx, s->adamw ? "adamw step" : "adam step");
 }

@@ -87,4 +87,69 @@ LAMP_OPTIM_FN void lamp_adam_update(float *LAMP_RESTRICT p, const float *LAMP_RE
   p[j] = pj + c.neg_step_size * mj / (root + c.eps);
 }
 
+#if !defined(__CUDACC__)
+/* The step's scalars, on the host: the bias corrections in double, once per step, as PyTorch's
+   Python-side scalars are. */
+static inline lamp_adam_scalars lamp_adam_step_scalars(double beta1, double beta2, double eps,
+                                                       double weight_decay, int adamw,
+                                                       uint64_t step, double lr,
+                                                       double grad_scale) {
+  const double t = (double)step;
+  lamp_adam_scalars s;
+  s.lr = lr;
+  s.grad_scale = grad_scale;
+  s.beta1 = beta1;
+  s.beta2 = beta2;
+  s.eps = eps;
+  s.weight_decay = weight_decay;
+  s.bc1 = 1.0 - pow(beta1, t);
+  s.bc2_sqrt = (float)sqrt(1.0 - pow(beta2, t));
+  s.adamw = adamw;
+  return s;
+}
+#endif
+
+/* The flags a step sets, before the segment's DECAY. */
+LAMP_OPTIM_FN unsigned lamp_adam_step_flags(const lamp_adam_scalars *s, int amsgrad) {
+  return (amsgrad ? (unsigned)LAMP_ADAM_AMSGRAD : 0u) |
+         (s->bc2_sqrt == 1.0f ? (unsigned)LAMP_ADAM_UNIT_BC2 : 0u);
+}
+
+/* The slabs of one CUDA step: device memory; vmax NULL without amsgrad, out without
+   weights_out. */
+typedef struct lamp_adam_slabs {
+  float *p;
+  const float *grad;
+  float *m, *v, *vmax;
+  uint16_t *out;
+  int out_bf16;
+  size_t n;
+  const lamp_optim_segment *seg; /* the device table */
+  size_t n_seg;
+} lamp_adam_slabs;
+
+/* What thread `thread` of block `block` does in the CUDA step (adam_cuda.cu), as
+   lamp_sgd_thread; `adamw` is a constant in every caller. */
+LAMP_OPTIM_FN void lamp_adam_thread(const lamp_adam_slabs *a, const lamp_adam_scalars *s,
+                                    unsigned step_flags, size_t block, size_t thread,
+                                    const int adamw) {
+  const size_t end = lamp_optim_chunk_end(block, a->n);
+  size_t i = block * LAMP_OPTIM_CHUNK + thread;
+  if (i >= end) return;
+  size_t k = lamp_optim_find_segment(a->seg, a->n_seg, i), seg_end = 0;
+  lamp_adam_coeffs c = {0, 0, 0, 0, 0, 0, 0, 0, 0};
+  unsigned flags = step_flags;
+  for (; i < end; i += LAMP_OPTIM_THREADS) {
+    if (i >= seg_end) {
+      while (a->seg[k].offset + a->seg[k].count <= i) k++;
+      seg_end = a->seg[k].offset + a->seg[k].count;
+      flags = step_flags;
+      c = lamp_adam_segment(s, a->seg[k].lr_mult, a->seg[k].decay_mult, &flags);
+    }
+    lamp_adam_update(a->p, a->grad, a->m, a->v, a->vmax, i, c, flags, adamw);
+    if (a->out != NULL)
+      a->out[i] = a->out_bf16 ? lamp_optim_to_bf16(a->p[i]) : lamp_optim_to_f16(a->p[i]);
+  }
+}
+
 #endif

@@ -1,7 +1,8 @@
 /*
 ** What every optimizer's per-element code shares, compiled for the host (the plugins' C steps)
 ** and for the device (their CUDA steps, nvcc --fmad=false): the function qualifier and the
-** rounding of an updated fp32 weight into its 16-bit copy (weights_out, ABI 1.2).
+** rounding of an updated fp32 weight into its 16-bit copy (weights_out, ABI 1.2), and how the
+** CUDA steps split the slab among threads.
 **
 ** The rounding is integer work on the bit patterns, exactly as the core's scalar conversions
 ** (core/tensor/half.c, the reference its F16C path matches): to nearest, ties to even; a NaN
@@ -15,6 +16,8 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <string.h>
+
+#include "lamp/optim.h"
 
 #if defined(__CUDACC__)
 #define LAMP_OPTIM_FN static __host__ __device__ __forceinline__
@@ -76,6 +79,39 @@ LAMP_OPTIM_FN void lamp_optim_round_out(uint16_t *LAMP_RESTRICT out, const float
     for (size_t i = 0; i < n; i++) out[i] = lamp_optim_to_bf16(p[i]);
   else
     for (size_t i = 0; i < n; i++) out[i] = lamp_optim_to_f16(p[i]);
+}
+
+/*
+** The CUDA steps' split of the slab: block b updates the contiguous chunk [b * CHUNK, (b + 1) *
+** CHUNK), its thread t the elements t, t + THREADS, ... of it, so loads coalesce and a thread
+** meets few segment boundaries. Each optimizer's per-thread function (lamp_sgd_thread,
+** lamp_adam_thread) is what its kernel runs; the unit tests run it on the host for every block
+** and thread.
+*/
+#define LAMP_OPTIM_THREADS 256
+#define LAMP_OPTIM_ITEMS 8
+#define LAMP_OPTIM_CHUNK ((size_t)LAMP_OPTIM_THREADS * LAMP_OPTIM_ITEMS)
+
+/* The segment holding element i: the first whose end lies past i (ends never decrease, and an
+   empty segment ends where it starts, so it is never the answer). */
+LAMP_OPTIM_FN size_t lamp_optim_find_segment(const lamp_optim_segment *seg, size_t n_seg,
+                                             size_t i) {
+  size_t lo = 0, hi = n_seg;
+  while (lo < hi) {
+    const size_t mid = lo + (hi - lo) / 2;
+    if (seg[mid].offset + seg[mid].count > i)
+      hi = mid;
+    else
+      lo = mid + 1;
+  }
+  return lo;
+}
+
+/* The first element of thread t of block b, and the end of the block's chunk; 0 elements for
+   the thread when first >= end. */
+LAMP_OPTIM_FN size_t lamp_optim_chunk_end(size_t block, size_t n) {
+  const size_t end = (block + 1) * LAMP_OPTIM_CHUNK;
+  return end < n ? end : n;
 }
 
 #endif

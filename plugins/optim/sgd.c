@@ -163,17 +163,11 @@ static lamp_status check_step(sgd *s, const lamp_optim_step *st) {
   return LAMP_OK;
 }
 
-static unsigned step_flags(const sgd *s, const lamp_optim_step *st) {
-  if (s->momentum == 0.0f) return 0;
-  return LAMP_SGD_MOMENTUM | (st->step == 1 ? LAMP_SGD_FIRST : 0) |
-         (s->nesterov ? LAMP_SGD_NESTEROV : 0);
-}
-
 static lamp_status sgd_step(void *opt, const lamp_optim_step *st) {
   sgd *s = opt;
   lamp_status status = check_step(s, st);
   if (status != LAMP_OK) return status;
-  const unsigned flags = step_flags(s, st);
+  const unsigned flags = lamp_sgd_step_flags(s->momentum, s->nesterov, st->step);
   const lamp_sgd_scalars sc = {.lr = st->lr, .grad_scale = st->grad_scale,
                                .weight_decay = s->weight_decay, .momentum = s->momentum,
                                .damp_keep = s->damp_keep};

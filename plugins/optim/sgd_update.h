@@ -51,4 +51,49 @@ LAMP_OPTIM_FN void lamp_sgd_update(float *LAMP_RESTRICT p, const float *LAMP_RES
   p[j] -= c.lr * g;
 }
 
+/* The flags a step sets, before the segment's DECAY. */
+LAMP_OPTIM_FN unsigned lamp_sgd_step_flags(float momentum, int nesterov, uint64_t step) {
+  if (momentum == 0.0f) return 0;
+  return (unsigned)LAMP_SGD_MOMENTUM | (step == 1 ? (unsigned)LAMP_SGD_FIRST : 0u) |
+         (nesterov ? (unsigned)LAMP_SGD_NESTEROV : 0u);
+}
+
+/* The slabs of one CUDA step: device memory; buf NULL without momentum, out without weights_out. */
+typedef struct lamp_sgd_slabs {
+  float *p;
+  const float *grad;
+  float *buf;
+  uint16_t *out;
+  int out_bf16;
+  size_t n;
+  const lamp_optim_segment *seg; /* the device table */
+  size_t n_seg;
+} lamp_sgd_slabs;
+
+/*
+** What thread `thread` of block `block` does in the CUDA step (sgd_cuda.cu): its elements of the
+** block's chunk, upwards, finding its first segment by search and the later ones by stepping
+** past the ends it crosses, with the 16-bit weight written right after each update.
+*/
+LAMP_OPTIM_FN void lamp_sgd_thread(const lamp_sgd_slabs *a, const lamp_sgd_scalars *s,
+                                   unsigned step_flags, size_t block, size_t thread) {
+  const size_t end = lamp_optim_chunk_end(block, a->n);
+  size_t i = block * LAMP_OPTIM_CHUNK + thread;
+  if (i >= end) return;
+  size_t k = lamp_optim_find_segment(a->seg, a->n_seg, i), seg_end = 0;
+  lamp_sgd_coeffs c = {0, 0, 0, 0, 0};
+  unsigned flags = step_flags;
+  for (; i < end; i += LAMP_OPTIM_THREADS) {
+    if (i >= seg_end) {
+      while (a->seg[k].offset + a->seg[k].count <= i) k++;
+      seg_end = a->seg[k].offset + a->seg[k].count;
+      flags = step_flags;
+      c = lamp_sgd_segment(s, a->seg[k].lr_mult, a->seg[k].decay_mult, &flags);
+    }
+    lamp_sgd_update(a->p, a->grad, a->buf, i, c, flags);
+    if (a->out != NULL)
+      a->out[i] = a->out_bf16 ? lamp_optim_to_bf16(a->p[i]) : lamp_optim_to_f16(a->p[i]);
+  }
+}
+
 #endif
