@@ -424,6 +424,15 @@ lamp_status lamp_model_sync_weights(lamp_model *model) {
                       lamp_tensor_data(src), LAMP_F32, model->numel);
 }
 
+void *lamp_model_weights_out(const lamp_model *model, lamp_dtype *dtype) {
+  *dtype = LAMP_F32;
+  if (model->weights == NULL || model->weights->dtype == LAMP_F32) return NULL;
+  if (model->bound == model->master && model->master != NULL) return NULL; /* sync converts nothing */
+  if (model->master == NULL && model->staging == NULL) return NULL;
+  *dtype = model->weights->dtype;
+  return lamp_tensor_data(model->weights);
+}
+
 lamp_status lamp_model_begin_update(lamp_model *model) {
   lamp_status st = require_built(model, "begin_update");
   if (st != LAMP_OK || model->staging == NULL) return st;

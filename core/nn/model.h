@@ -91,6 +91,14 @@ lamp_status lamp_model_begin_update(lamp_model *model);
 /* After an optimizer step: rounds the masters (or the staging slab) into the 16-bit weights. */
 lamp_status lamp_model_sync_weights(lamp_model *model);
 
+/*
+** The 16-bit slab an optimizer step may write in the same pass as its update (its weights_out,
+** ABI 1.2) with *dtype set to its dtype: the conversion sync_weights would make next, over the
+** whole slab. NULL where sync_weights converts nothing (fp32 weights, or layers that read the
+** masters). A caller whose step wrote it skips sync_weights for that step.
+*/
+void *lamp_model_weights_out(const lamp_model *model, lamp_dtype *dtype);
+
 lamp_status lamp_model_zero_grads(lamp_model *model);
 
 /*

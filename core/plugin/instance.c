@@ -537,6 +537,11 @@ lamp_status lamp_optim_slots(lamp_optim *o, lamp_optim_slot *out, uint32_t max, 
   return st;
 }
 
+uint32_t lamp_optim_caps(const lamp_optim *o) {
+  const lamp_optim_v1 *t = o->t;
+  return offsetof(lamp_optim_v1, caps) + sizeof t->caps <= t->hdr.struct_size ? t->caps : 0u;
+}
+
 static lamp_status check_segments(const lamp_optim *o, const lamp_optim_step *s) {
   size_t next = 0;
   if (s->n_segments > 0 && s->segments == NULL)
@@ -570,6 +575,8 @@ static lamp_status view_step(const lamp_optim *o, const placement *p, const lamp
   out->params = v;
   if (st == LAMP_OK) st = place_buffer(&o->in, p, "step grads", step->grads, &v);
   out->grads = v;
+  if (st == LAMP_OK) st = place_buffer(&o->in, p, "step weights_out", step->weights_out, &v);
+  out->weights_out = v;
   if (st == LAMP_OK && step->slots == NULL && o->n_slots > 0)
     st = lamp_error(LAMP_ERR_INVALID_ARG, "%s: step without its %u state slots", name_of(&o->in),
                     (unsigned)o->n_slots);
@@ -588,6 +595,13 @@ lamp_status lamp_optim_apply(lamp_optim *o, lamp_optim_step *step) {
     return lamp_error(LAMP_ERR_INVALID_ARG, "%s: step over %zu elements without params or grads",
                       name_of(&o->in), step->n);
   lamp_status st = check_segments(o, step);
+  if (st == LAMP_OK && step->weights_out != NULL && !(lamp_optim_caps(o) & LAMP_OPTIM_CAP_WEIGHTS_OUT))
+    st = lamp_error(LAMP_ERR_INTERNAL, "%s: step given weights_out, but the plugin does not write it (no LAMP_OPTIM_CAP_WEIGHTS_OUT)",
+                    name_of(&o->in));
+  if (st == LAMP_OK && step->weights_out != NULL && step->weights_out_dtype != LAMP_F16 &&
+      step->weights_out_dtype != LAMP_BF16)
+    st = lamp_error(LAMP_ERR_INTERNAL, "%s: step weights_out dtype must be f16 or bf16, got %u", name_of(&o->in),
+                    (unsigned)step->weights_out_dtype);
   placement p;
   if (st == LAMP_OK) st = place(&o->in, (lamp_device)step->device, &p);
   if (st != LAMP_OK) return st;

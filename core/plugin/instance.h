@@ -92,9 +92,13 @@ lamp_status lamp_comm_reduce_scatter(lamp_comm *c, const void *sendbuf, void *re
    the plugin declares no such parameter. */
 int lamp_optim_hparam(const lamp_optim *o, const char *name, double *value);
 lamp_status lamp_optim_slots(lamp_optim *o, lamp_optim_slot *out, uint32_t max, uint32_t *n);
+/* The plugin's LAMP_OPTIM_CAP_* bits (0 for a plugin built before ABI 1.2). */
+uint32_t lamp_optim_caps(const lamp_optim *o);
 /* Fills step->hparams, step->stream (the device's queue) and struct_size itself, and checks that
    the segments cover [0, n) in order and that params and grads are given ("sgd: step segment 1
-   starts at 50, expected 40"). step->device says where every pointer lives (see Devices). */
+   starts at 50, expected 40"). step->device says where every pointer lives (see Devices).
+   step->weights_out (16-bit, f16 or bf16) is refused for a plugin without
+   LAMP_OPTIM_CAP_WEIGHTS_OUT. */
 lamp_status lamp_optim_apply(lamp_optim *o, lamp_optim_step *step);
 
 #endif

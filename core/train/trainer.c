@@ -461,11 +461,17 @@ static lamp_status optimizer_step(lamp_trainer *t, double scale) {
       .lr = lr,
       .grad_scale = coef * unscale,
   };
+  /* A plugin that writes the 16-bit weights in its own pass saves the conversion after it. */
+  lamp_dtype out_dtype = LAMP_F32;
+  if (lamp_optim_caps(t->config.optim) & LAMP_OPTIM_CAP_WEIGHTS_OUT) {
+    step.weights_out = lamp_model_weights_out(t->model, &out_dtype);
+    step.weights_out_dtype = (uint32_t)out_dtype;
+  }
   st = lamp_optim_apply(t->config.optim, &step);
   if (st != LAMP_OK) return st;
   t->stats.lr = lr;
   t->stats.steps++;
-  return lamp_model_sync_weights(t->model);
+  return step.weights_out != NULL ? LAMP_OK : lamp_model_sync_weights(t->model);
 }
 
 /*

@@ -22,6 +22,9 @@
 
 #include "lamp/plugin.h"
 
+#include "adam_update.h"
+#include "optim_step.h"
+
 #ifndef LAMP_ADAMW
 #define LAMP_ADAMW 0
 #endif
@@ -54,13 +57,16 @@ static const lamp_param adam_params[P_COUNT] = {
 typedef struct adam {
   const lamp_host *host;
   lamp_ctx *ctx;
+#if LAMP_OPTIM_CUDA
+  lamp_optim_cuda *cuda; /* the device table of the CUDA step */
+#endif
   double beta1, beta2, eps, weight_decay;
   int amsgrad;
 } adam;
 
 static int adam_probe(const lamp_host *h, char *reason, size_t reason_size) {
   (void)h;
-  snprintf(reason, reason_size, "cpu kernel");
+  snprintf(reason, reason_size, LAMP_OPTIM_CUDA ? "cpu and cuda kernels" : "cpu kernel");
   return 1;
 }
 
@@ -96,11 +102,23 @@ static lamp_status adam_create(const lamp_host *h, lamp_ctx *ctx, const double *
   a->eps = params[P_EPS];
   a->weight_decay = params[P_WEIGHT_DECAY];
   a->amsgrad = params[P_AMSGRAD] == 1.0;
+#if LAMP_OPTIM_CUDA
+  st = lamp_optim_cuda_new(h, ctx, &a->cuda);
+  if (st != LAMP_OK) {
+    free(a);
+    return st;
+  }
+#endif
   *opt = a;
   return LAMP_OK;
 }
 
-static void adam_destroy(void *opt) { free(opt); }
+static void adam_destroy(void *opt) {
+#if LAMP_OPTIM_CUDA
+  if (opt != NULL) lamp_optim_cuda_free(((adam *)opt)->cuda);
+#endif
+  free(opt);
+}
 
 enum { SLOT_M, SLOT_V, SLOT_VMAX };
 
@@ -121,60 +139,22 @@ static lamp_status adam_slots(void *opt, lamp_optim_slot *out, uint32_t max, uin
 
 /* {====================================================== the step */
 
-/* The scalars of one segment's update, each rounded to fp32 as PyTorch rounds it. */
-typedef struct coeffs {
-  float grad_scale;
-  float decay;           /* adam: weight_decay; adamw: 1 - lr * weight_decay */
-  float beta1, one_minus_beta1, beta2, one_minus_beta2;
-  float bc2_sqrt;        /* sqrt(1 - beta2^t) */
-  float eps;
-  float neg_step_size;   /* -lr / (1 - beta1^t) */
-} coeffs;
-
-enum { DECAY = 1, AMSGRAD = 2, UNIT_BC2 = 4 };
-
 #define INLINE static inline __attribute__((always_inline))
-
-/* torch.maximum: NaN in either operand gives NaN. */
-INLINE float nan_max(float a, float b) { return (a > b || a != a) ? a : b; }
-
-/* Element j, branching on constant flags only. */
-INLINE void update(float *restrict p, const float *restrict grad, float *restrict m,
-                   float *restrict v, float *restrict vmax, size_t j, const coeffs c,
-                   const unsigned flags) {
-  float g = grad[j] * c.grad_scale;
-  float pj = p[j];
-  if (flags & DECAY) {
-    if (LAMP_ADAMW)
-      pj = pj * c.decay;
-    else
-      g = g + c.decay * pj;
-  }
-  const float mj = m[j] * c.beta1 + c.one_minus_beta1 * g;
-  const float vj = v[j] * c.beta2 + c.one_minus_beta2 * g * g;
-  m[j] = mj;
-  v[j] = vj;
-  float vhat = vj;
-  if (flags & AMSGRAD) vmax[j] = vhat = nan_max(vmax[j], vj);
-  /* x / 1 == x exactly: late in training bc2 rounds to 1 and the division goes away. */
-  const float root = (flags & UNIT_BC2) ? sqrtf(vhat) : sqrtf(vhat) / c.bc2_sqrt;
-  p[j] = pj + c.neg_step_size * mj / (root + c.eps);
-}
-
-#define BLOCK 8
 
 /*
 ** Each call site passes literal flags, so every configuration compiles to its own loop free of
 ** control flow; fixed-size blocks let the compiler vectorise it even at -O2 (sqrtf vectorises
 ** because the plugin is built with -fno-math-errno: v is never negative).
 */
+#define BLOCK 8
 INLINE void kernel(float *restrict p, const float *restrict grad, float *restrict m,
-                   float *restrict v, float *restrict vmax, size_t n, const coeffs c,
+                   float *restrict v, float *restrict vmax, size_t n, const lamp_adam_coeffs c,
                    const unsigned flags) {
   size_t i = 0;
   for (; i + BLOCK <= n; i += BLOCK)
-    for (size_t j = i; j < i + BLOCK; j++) update(p, grad, m, v, vmax, j, c, flags);
-  for (; i < n; i++) update(p, grad, m, v, vmax, i, c, flags);
+    for (size_t j = i; j < i + BLOCK; j++)
+      lamp_adam_update(p, grad, m, v, vmax, j, c, flags, LAMP_ADAMW);
+  for (; i < n; i++) lamp_adam_update(p, grad, m, v, vmax, i, c, flags, LAMP_ADAMW);
 }
 
 #define KERNEL_CASE(flags)                                                                         \
@@ -183,30 +163,40 @@ INLINE void kernel(float *restrict p, const float *restrict grad, float *restric
 /* Not inlined: its restrict parameters are what allow vectorising the kernels. */
 __attribute__((noinline)) static void run_segment(float *restrict p, const float *restrict grad,
                                                   float *restrict m, float *restrict v,
-                                                  float *restrict vmax, size_t n, const coeffs c,
-                                                  unsigned flags) {
+                                                  float *restrict vmax, size_t n,
+                                                  const lamp_adam_coeffs c, unsigned flags) {
   switch (flags) {
     KERNEL_CASE(0);
-    KERNEL_CASE(DECAY);
-    KERNEL_CASE(AMSGRAD);
-    KERNEL_CASE(AMSGRAD | DECAY);
-    KERNEL_CASE(UNIT_BC2);
-    KERNEL_CASE(UNIT_BC2 | DECAY);
-    KERNEL_CASE(UNIT_BC2 | AMSGRAD);
-    KERNEL_CASE(UNIT_BC2 | AMSGRAD | DECAY);
+    KERNEL_CASE(LAMP_ADAM_DECAY);
+    KERNEL_CASE(LAMP_ADAM_AMSGRAD);
+    KERNEL_CASE(LAMP_ADAM_AMSGRAD | LAMP_ADAM_DECAY);
+    KERNEL_CASE(LAMP_ADAM_UNIT_BC2);
+    KERNEL_CASE(LAMP_ADAM_UNIT_BC2 | LAMP_ADAM_DECAY);
+    KERNEL_CASE(LAMP_ADAM_UNIT_BC2 | LAMP_ADAM_AMSGRAD);
+    KERNEL_CASE(LAMP_ADAM_UNIT_BC2 | LAMP_ADAM_AMSGRAD | LAMP_ADAM_DECAY);
+  }
+}
+
+/* With weights_out, the segment goes in chunks that stay in cache between the update and the
+   rounding of its result: one pass over memory, as the device step makes. */
+#define OUT_CHUNK 2048
+static void cpu_segment(float *p, const float *grad, float *m, float *v, float *vmax,
+                        uint16_t *out, int out_bf16, size_t n, const lamp_adam_coeffs c,
+                        unsigned flags) {
+  if (out == NULL) {
+    run_segment(p, grad, m, v, vmax, n, c, flags);
+    return;
+  }
+  for (size_t i = 0; i < n; i += OUT_CHUNK) {
+    const size_t k = n - i < OUT_CHUNK ? n - i : OUT_CHUNK;
+    run_segment(p + i, grad + i, m + i, v + i, vmax != NULL ? vmax + i : NULL, k, c, flags);
+    lamp_optim_cpu_round_out(out + i, p + i, k, out_bf16);
   }
 }
 
 static lamp_status check_step(adam *a, const lamp_optim_step *st) {
-  if (st->struct_size < sizeof *st)
-    return a->host->set_error(a->ctx, LAMP_ERR_INTERNAL, "step struct is %u bytes, need %zu",
-                              (unsigned)st->struct_size, sizeof *st);
-  if (st->device != LAMP_CPU)
-    return a->host->set_error(a->ctx, LAMP_ERR_UNSUPPORTED, "device %u is not supported (cpu only)",
-                              (unsigned)st->device);
-  if (st->step == 0)
-    return a->host->set_error(a->ctx, LAMP_ERR_INVALID_ARG,
-                              "step counter is 0; the first step is 1");
+  lamp_status status = lamp_optim_check_step(a->host, a->ctx, st);
+  if (status != LAMP_OK) return status;
   const size_t n_slots = a->amsgrad ? 3 : 2;
   for (size_t i = 0; i < n_slots; i++)
     if (st->n > 0 && (st->slots == NULL || st->slots[i] == NULL))
@@ -219,30 +209,22 @@ static lamp_status adam_step(void *opt, const lamp_optim_step *st) {
   adam *a = opt;
   lamp_status status = check_step(a, st);
   if (status != LAMP_OK) return status;
-  /* Once per step, in double, as PyTorch's Python-side scalars are. */
-  const double t = (double)st->step;
-  const double bc1 = 1.0 - pow(a->beta1, t);
-  const float bc2_sqrt = (float)sqrt(1.0 - pow(a->beta2, t));
-  const unsigned flags = (a->amsgrad ? AMSGRAD : 0) | (bc2_sqrt == 1.0f ? UNIT_BC2 : 0);
+  const lamp_adam_scalars sc = lamp_adam_step_scalars(a->beta1, a->beta2, a->eps, a->weight_decay,
+                                                      LAMP_ADAMW, st->step, st->lr, st->grad_scale);
+  const unsigned flags = lamp_adam_step_flags(&sc, a->amsgrad);
+#if LAMP_OPTIM_CUDA
+  if (st->device == LAMP_CUDA) return lamp_adam_cuda_step(a->cuda, a->host, a->ctx, st, &sc, flags);
+#endif
+  uint16_t *out = lamp_optim_weights_out(st);
+  const int out_bf16 = out != NULL && st->weights_out_dtype == LAMP_BF16;
   for (size_t k = 0; k < st->n_segments; k++) {
     const lamp_optim_segment *seg = &st->segments[k];
-    const double lr = st->lr * seg->lr_mult;
-    const double wd = a->weight_decay * seg->decay_mult;
-    const coeffs c = {
-        .grad_scale = (float)st->grad_scale,
-        .decay = LAMP_ADAMW ? (float)(1.0 - lr * wd) : (float)wd,
-        .beta1 = (float)a->beta1,
-        .one_minus_beta1 = (float)(1.0 - a->beta1),
-        .beta2 = (float)a->beta2,
-        .one_minus_beta2 = (float)(1.0 - a->beta2),
-        .bc2_sqrt = bc2_sqrt,
-        .eps = (float)a->eps,
-        .neg_step_size = (float)-(lr / bc1),
-    };
+    unsigned seg_flags = flags;
+    const lamp_adam_coeffs c = lamp_adam_segment(&sc, seg->lr_mult, seg->decay_mult, &seg_flags);
     const size_t o = seg->offset;
-    float *vmax = (flags & AMSGRAD) ? st->slots[SLOT_VMAX] + o : NULL;
-    run_segment(st->params + o, st->grads + o, st->slots[SLOT_M] + o, st->slots[SLOT_V] + o, vmax,
-                seg->count, c, flags | (wd != 0.0 ? DECAY : 0));
+    float *vmax = (flags & LAMP_ADAM_AMSGRAD) ? st->slots[SLOT_VMAX] + o : NULL;
+    cpu_segment(st->params + o, st->grads + o, st->slots[SLOT_M] + o, st->slots[SLOT_V] + o, vmax,
+                out != NULL ? out + o : NULL, out_bf16, seg->count, c, seg_flags);
   }
   return LAMP_OK;
 }
@@ -251,12 +233,13 @@ static lamp_status adam_step(void *opt, const lamp_optim_step *st) {
 
 static const lamp_optim_v1 adam_optim = {
     .hdr = {LAMP_PLUGIN_HEADER(LAMP_KIND_OPTIM, lamp_optim_v1, NAME, "1.0", DESCRIPTION),
-            .devices = LAMP_BIT(LAMP_CPU), .dtypes = LAMP_BIT(LAMP_F32), .params = adam_params,
+            .devices = LAMP_OPTIM_DEVICES, .dtypes = LAMP_BIT(LAMP_F32), .params = adam_params,
             .n_params = P_COUNT, .probe = adam_probe},
     .create = adam_create,
     .destroy = adam_destroy,
     .slots = adam_slots,
     .step = adam_step,
+    .caps = LAMP_OPTIM_CAP_WEIGHTS_OUT,
 };
 
 LAMP_PLUGIN_EXPORT const lamp_plugin *lamp_plugin_entry_v1(const lamp_host *h) {

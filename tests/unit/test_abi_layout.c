@@ -2,7 +2,7 @@
 ** The append-only rule's guard: the offset and size of every member of every public struct,
 ** and the value of every public constant, pinned for x86-64 (LP64). A failure here means a
 ** change broke plugins built against an earlier 1.x: append members at the end instead (and
-** pin them here), or bump LAMP_ABI_MAJOR. Members added in 1.1 are marked.
+** pin them here), or bump LAMP_ABI_MAJOR. Members added in 1.1 and 1.2 are marked.
 */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -22,7 +22,8 @@
 static void test_constants(void **state) {
   (void)state;
   assert_int_equal(LAMP_ABI_MAJOR, 1);
-  assert_int_equal(LAMP_ABI_MINOR, 1);
+  assert_int_equal(LAMP_ABI_MINOR, 2);
+  assert_int_equal(LAMP_OPTIM_CAP_WEIGHTS_OUT, 1);
   assert_int_equal(LAMP_PLUGIN_MAGIC, 0x504d414c);
   assert_string_equal(LAMP_ENTRY_SYMBOL, "lamp_plugin_entry_v1");
   assert_int_equal(LAMP_OK, 0);
@@ -194,14 +195,17 @@ static void test_optim(void **state) {
   FIELD(lamp_optim_step, grad_scale, 72, 8);
   FIELD(lamp_optim_step, hparams, 80, 8);
   FIELD(lamp_optim_step, stream, 88, 8); /* 1.1 */
-  assert_int_equal(sizeof(lamp_optim_step), 96);
+  FIELD(lamp_optim_step, weights_out, 96, 8);       /* 1.2 */
+  FIELD(lamp_optim_step, weights_out_dtype, 104, 4); /* 1.2 */
+  assert_int_equal(sizeof(lamp_optim_step), 112);
 
   FIELD(lamp_optim_v1, hdr, 0, 72);
   FIELD(lamp_optim_v1, create, 72, 8);
   FIELD(lamp_optim_v1, destroy, 80, 8);
   FIELD(lamp_optim_v1, slots, 88, 8);
   FIELD(lamp_optim_v1, step, 96, 8);
-  assert_int_equal(sizeof(lamp_optim_v1), 104);
+  FIELD(lamp_optim_v1, caps, 104, 4); /* 1.2 */
+  assert_int_equal(sizeof(lamp_optim_v1), 112);
 }
 
 int main(void) {

@@ -21,6 +21,8 @@
 #include "base/error.h"
 #include "plugin/instance.h"
 
+#include "optim_cuda_expect.h"
+
 #define FIXTURE_DIR LAMP_TEST_DATA_DIR "/optim/"
 #define REL_TOL 1e-6
 #define TINY 1e-6
@@ -354,7 +356,7 @@ static void test_adam_slots_and_defaults(void **state) {
       assert_int_equal(lamp_optim_hparam(o, "weight_decay", &v), 0);
       assert_true(v == default_wd[k]);
       const lamp_plugin *d = lamp_optim_handle(o)->desc;
-      assert_int_equal(d->devices, LAMP_BIT(LAMP_CPU));
+      assert_int_equal(d->devices, OPTIM_DEVICES);
       assert_int_equal(d->dtypes, LAMP_BIT(LAMP_F32));
       lamp_optim_close(o);
     }
@@ -406,9 +408,7 @@ static void test_adam_step_checks(void **state) {
   assert_error(lamp_optim_apply(o, &step), LAMP_ERR_INVALID_ARG,
                "adamw: max_exp_avg_sq slot is missing");
   slots[2] = vm;
-  step.device = LAMP_CUDA; /* refused by the core, which enforces hdr.devices */
-  assert_error(lamp_optim_apply(o, &step), LAMP_ERR_UNSUPPORTED,
-               "adamw: does not run on cuda (its devices: cpu)");
+  assert_cuda_step_refused(o, &step, "adamw");
   step.device = LAMP_CPU;
   assert_int_equal(lamp_optim_apply(o, &step), LAMP_OK);
   lamp_optim_close(o);

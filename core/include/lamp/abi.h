@@ -24,6 +24,8 @@
 **
 ** ABI 1.1 added, at the ends of their structs: the device services of lamp_host (device_count ..
 ** synchronize) and lamp_optim_step.stream. No family table gained a member.
+** ABI 1.2 added lamp_optim_step.weights_out and weights_out_dtype (the fused 16-bit weight
+** refresh) and lamp_optim_v1.caps, which says whether the plugin writes them.
 */
 #ifndef LAMP_ABI_H
 #define LAMP_ABI_H
@@ -37,7 +39,7 @@ extern "C" {
 #endif
 
 #define LAMP_ABI_MAJOR 1
-#define LAMP_ABI_MINOR 1
+#define LAMP_ABI_MINOR 2
 
 /* 'L' 'A' 'M' 'P' read as a little-endian uint32. */
 #define LAMP_PLUGIN_MAGIC 0x504d414cu

@@ -58,7 +58,20 @@ typedef struct lamp_optim_step {
   ** that may meet a 1.0 core checks struct_size first.
   */
   void *stream;
+
+  /*
+  ** ABI 1.2. Where not NULL, the 16-bit copy of the parameters the layers read (n elements of
+  ** weights_out_dtype, LAMP_F16 or LAMP_BF16, memory of `device`): the step writes each updated
+  ** parameter there too, rounded to nearest even exactly as the core's conversion rounds, in the
+  ** same pass, and the core then skips its own. The core passes it only to a plugin that declares
+  ** LAMP_OPTIM_CAP_WEIGHTS_OUT.
+  */
+  void *weights_out;
+  uint32_t weights_out_dtype;
 } lamp_optim_step;
+
+/* lamp_optim_v1.caps bits (ABI 1.2). */
+#define LAMP_OPTIM_CAP_WEIGHTS_OUT 0x1u /* the step writes lamp_optim_step.weights_out */
 
 typedef struct lamp_optim_v1 {
   lamp_plugin hdr;
@@ -76,6 +89,9 @@ typedef struct lamp_optim_v1 {
   lamp_status (*slots)(void *opt, lamp_optim_slot *out, uint32_t max, uint32_t *n);
 
   lamp_status (*step)(void *opt, const lamp_optim_step *step); /* required */
+
+  /* ABI 1.2: LAMP_OPTIM_CAP_* bits; 0 (or a table built before 1.2) declares none. */
+  uint32_t caps;
 } lamp_optim_v1;
 
 #ifdef __cplusplus
