@@ -70,7 +70,7 @@ static int open_device(const char *spec, lamp_device *out) {
   if (strcmp(name, "cpu") == 0) return usage("the CPU is the reference: name another device");
   if (lamp_device_parse(name, out) != LAMP_OK || lamp_device_check(*out) != LAMP_OK ||
       (ordinal != lamp_device_ordinal(*out) && lamp_device_select(*out, ordinal) != LAMP_OK)) {
-    fprintf(stderr, "check_ops: device %s: %s\n", spec, lamp_last_error());
+    fprintf(stderr, "check_ops: %s\n", lamp_last_error());
     return 1;
   }
   return 0;
@@ -99,7 +99,8 @@ int main(int argc, char **argv) {
   if (device == NULL) return usage("no device named");
   if (run.only != NULL && !known_ops(run.only)) return usage("--only names an operation that is not in the table");
   if (run.perturb != NULL && !known_op(run.perturb)) return usage("--perturb names an operation that is not in the table");
-  if (open_device(device, &run.device) != 0) return 1;
+  int opened = open_device(device, &run.device);
+  if (opened != 0) return opened;
   lamp_rng_seed(&run.rng, seed);
 
   printf("check_ops: device %s (ordinal %d) against cpu, seed %llu, %s shapes\n", device,
