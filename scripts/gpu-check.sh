@@ -13,7 +13,8 @@
 #            when the bundle has none and nvcc is found), --stages=a,b,... (default all),
 #            --budget=SECONDS (default 470: the whole run's limit)
 #   Through the device tool: carry ["gpu-bundle"], timeout_s 600, command scripts/gpu-check.sh.
-#   Writes every stage's log under $OUT/gpu-check (or /tmp/lamp-gpu-check when OUT is unset).
+#   Every stage's log is in /tmp/lamp-gpu-check/logs, and with OUT set in $OUT/gpu-check-logs.tar.gz
+#   (the table in $OUT/gpu-check-table.txt).
 #
 # Stages:
 #   a  `lamp devices`: the cuda backend loads and sees the GPU
@@ -79,9 +80,14 @@ done
 
 umask 022
 started=$SECONDS
-logs=${OUT:+$OUT/gpu-check}
-logs=${logs:-/tmp/lamp-gpu-check}
-mkdir -p "$logs"
+# Logs and checkpoints in a fresh folder; at the end, with OUT set (the device tool), the logs go
+# to $OUT as one archive (that tool brings back only a few files) beside the table.
+work=/tmp/lamp-gpu-check
+logs=$work/logs
+if ! { rm -rf "$work" && mkdir -p "$logs" "$work/ckpt"; }; then
+  echo "gpu-check: cannot make $work" >&2
+  exit 1
+fi
 
 # {======================================================
 # The table
@@ -98,8 +104,14 @@ row() {
   esac
   printf '== %-22s %-5s %ss  %s\n' "$1" "$2" "$3" "$4"
 }
-want() { [[ ,$stages, == *,$1,* ]]; }
 left() { echo $((budget - (SECONDS - started))); }
+# want LETTER NAME: the stage was asked for and there is time left for it (else its skip row).
+want() {
+  [[ ,$stages, == *,$1,* ]] || return 1
+  (($(left) >= 20)) && return 0
+  row "$2" skip 0 "out of time (budget $budget s)"
+  return 1
+}
 
 # run_stage NAME LIMIT CMD...: runs CMD under `timeout`, at most LIMIT seconds and never past the
 # budget; output to $logs/NAME.log. Returns CMD's status (124: timed out; 125: no time left).
@@ -130,7 +142,7 @@ unpack() {
   fi
   # Plugins and backend modules load only from folders no one else can write (core/plugin/search.c):
   # a fresh folder outside /tmp, written with umask 022.
-  rm -rf "$root" && mkdir -p "$root" || return 1
+  { rm -rf "$root" && mkdir -p "$root"; } || return 1
   local t0=$SECONDS
   tar -xf "$bundle" -C "$root" || return 1
   chmod -R go-w "$root"
@@ -169,13 +181,15 @@ export OPENBLAS_NUM_THREADS=${OPENBLAS_NUM_THREADS:-$(nproc)}
 libpath=""
 [[ -d $root/lib ]] && libpath=$root/lib
 cuda_home=${CUDA_HOME:-/usr/local/cuda}
-[[ -d $cuda_home/lib64 ]] && libpath=${libpath:+$libpath:}$cuda_home/lib64
-if ! compgen -G "$cuda_home/lib64/libcublas.so*" >/dev/null && command -v "${PYTHON:-python3}" >/dev/null; then
+for d in "$cuda_home/lib64" "$cuda_home/lib"; do [[ -d $d ]] && libpath=${libpath:+$libpath:}$d; done
+if ! compgen -G "$cuda_home/lib*/libcublas.so*" >/dev/null && command -v "${PYTHON:-python3}" >/dev/null; then
   site=$("${PYTHON:-python3}" -c 'import site; print(" ".join(site.getsitepackages()))' 2>/dev/null)
   for s in $site; do
     for d in "$s"/nvidia/*/lib; do [[ -d $d ]] && libpath=${libpath:+$libpath:}$d; done
   done
 fi
+# PyTorch brings its own libraries: it gets the machine's library path, not the bundle's.
+python_libpath=${LD_LIBRARY_PATH:-}
 export LD_LIBRARY_PATH=${libpath}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 [[ -d $cuda_home/bin ]] && export PATH=$PATH:$cuda_home/bin
 # }======================================================
@@ -294,7 +308,7 @@ if [[ $gpu == 1 && -x $lamp ]] && { [[ $rebuild == 1 ]] || [[ ! -e $root/build/b
 fi
 
 # a: the backend loads and sees the GPU.
-if want a; then
+if want a "a devices"; then
   t0=$SECONDS
   run_stage devices 30 "$lamp" devices
   rc=$?
@@ -320,7 +334,7 @@ skip_no_gpu() { row "$1" skip 0 "$no_gpu_reason"; }
 # b: every kernel against the CPU, and determinism.
 digest_of() { sed -n 's/.*digest \([0-9a-f]*\)$/\1/p' "$logs/$1.log" | tail -1; }
 lines_of() { sed -n 's/^check_ops: \([0-9]* of [0-9]* lines ok\).*/\1/p' "$logs/$1.log" | tail -1; }
-if want b; then
+if want b "b check_ops"; then
   t0=$SECONDS
   if [[ ! -x $check_ops ]]; then
     row "b check_ops" FAIL 0 "not built: $check_ops"
@@ -348,7 +362,7 @@ if want b; then
 fi
 
 # c: memcheck over the small shapes.
-if want c; then
+if want c "c memcheck"; then
   t0=$SECONDS
   sanitizer=$(command -v compute-sanitizer)
   if [[ $gpu == 0 ]]; then
@@ -365,11 +379,16 @@ if want c; then
 fi
 
 # d: the optimizer steps, bit for bit.
-if want d; then
+if want d "d optim bitwise"; then
   t0=$SECONDS
   if [[ ! -x $optim_bitwise ]]; then
     row "d optim bitwise" skip 0 "not built: $optim_bitwise (set LAMP_OPTIM_BITWISE)"
   elif [[ $gpu == 0 ]]; then
+    # No GPU: the program's CPU-against-CPU mode on the same plugins, to prove it runs here.
+    run_stage optim-cpu 60 "$optim_bitwise" "$root/build/plugins/optim" "$root/build/plugins/optim"
+    rc=$?
+    if [[ $rc == 0 ]]; then row "d optim (cpu smoke)" ok $((SECONDS - t0)) "cpu against cpu: $(grep -c ': bitwise equal$' "$logs/optim-cpu.log") optimizers equal"
+    else row "d optim (cpu smoke)" FAIL $((SECONDS - t0)) "exit $rc"; tail_log optim-cpu 8; fi
     skip_no_gpu "d optim bitwise"
   else
     run_stage optim 90 "$optim_bitwise" "$root/build/plugins/optim"
@@ -390,7 +409,7 @@ cpu_accuracy() { # PRECISION -> the CPU's accuracy, from the bundle's reference 
   read -r acc _ _ < <(mlp_run cpu "$1" "mlp-cpu-$1" 120)
   echo "$acc"
 }
-if want e; then
+if want e "e fmnist accuracy"; then
   t0=$SECONDS
   if [[ $gpu == 0 ]]; then
     # No GPU: the same runs on the CPU over 2560 samples, to prove the script and the bundle
@@ -427,7 +446,7 @@ fi
 # second run (two epochs) has the first's schedule.
 resume_pair() { # FIRST_DEVICE SECOND_DEVICE PRECISION -> "ok LOSS" or "FAIL why"
   local first=$1 second=$2 p=$3 dir
-  dir=$(mktemp -d -p "$logs" "resume-$first-$second.XXXX")
+  dir=$(mktemp -d -p "$work/ckpt" "resume-$first-$second.XXXX")
   local common=(scripts/fmnist_mlp.lua --precision="$p" --limit=5120 --schedule=constant --save="$dir")
   (cd "$root" && run_stage "resume-$first" 60 "$lamp" "${common[@]}" --device="$first" --epochs=1) || { echo "FAIL the $first run (exit $?)"; return; }
   (cd "$root" && run_stage "resume-$second" 60 "$lamp" "${common[@]}" --device="$second" --epochs=2 --resume="$dir") || { echo "FAIL the $second run (exit $?)"; return; }
@@ -436,7 +455,7 @@ resume_pair() { # FIRST_DEVICE SECOND_DEVICE PRECISION -> "ok LOSS" or "FAIL why
   loss=$(sed -n 's/^epoch 2  train loss \([^ ]*\) .*/\1/p' "$logs/resume-$second.log")
   if [[ $loss =~ ^[0-9]+\.[0-9]+$ ]]; then echo "ok $loss"; else echo "FAIL epoch 2 train loss '${loss}'"; fi
 }
-if want f; then
+if want f "f resume across"; then
   t0=$SECONDS
   if [[ $gpu == 0 ]]; then
     # No GPU: the same save and resume on the CPU alone, to prove the stage itself.
@@ -457,7 +476,7 @@ fi
 
 # g: throughput, lamp against PyTorch eager.
 sps_of() { sed -n 's/.*samples\/s \([0-9]*\)$/\1/p' "$logs/$1.log" | tail -1; }
-if want g; then
+if want g "g throughput"; then
   t0=$SECONDS
   python=${PYTHON:-python3}
   if [[ $gpu == 0 ]]; then
@@ -471,7 +490,7 @@ if want g; then
       tail_log lamp-cpu-smoke 8
     fi
     skip_no_gpu "g throughput"
-  elif ! "$python" -c 'import torch' 2>/dev/null; then
+  elif ! LD_LIBRARY_PATH=$python_libpath "$python" -c 'import torch' 2>/dev/null; then
     row "g throughput" skip 0 "$python has no torch"
   else
     declare -A sps
@@ -482,7 +501,7 @@ if want g; then
         (cd "$root" && run_stage "lamp-$name-$p" 60 "$lamp" scripts/bench/gpu_mlp.lua --device=cuda --precision="$p" \
           --hidden="$hidden" --batch="$batch" --steps="$steps" --warmup="$warmup")
         sps[lamp-$name-$p]=$(sps_of "lamp-$name-$p")
-        run_stage "torch-$name-$p" 60 "$python" "$scripts/bench/torch_gpu_mlp.py" --precision "$p" --hidden "$hidden" \
+        LD_LIBRARY_PATH=$python_libpath run_stage "torch-$name-$p" 60 "$python" "$scripts/bench/torch_gpu_mlp.py" --precision "$p" --hidden "$hidden" \
           --batch "$batch" --steps "$steps" --warmup "$warmup"
         sps[torch-$name-$p]=$(sps_of "torch-$name-$p")
       done
@@ -515,9 +534,12 @@ if want g; then
 fi
 # }======================================================
 
+table() {
+  printf '%-22s | %-5s | %5s | %s\n' "stage" "result" "time" "detail"
+  printf '%s\n' "${rows[@]}"
+}
 echo
-printf '%-22s | %-5s | %5s | %s\n' "stage" "result" "time" "detail"
-printf '%s\n' "${rows[@]}"
+table
 verdict="PASS"
 join() { local IFS=,; echo "$*"; }
 ((${#failed[@]})) && verdict="FAIL ($(join "${failed[@]}"))"
@@ -525,4 +547,8 @@ extra=""
 ((${#skipped[@]})) && extra="; skipped: $(join "${skipped[@]}")"
 [[ $gpu == 0 ]] && extra+=" (no GPU: $no_gpu_reason)"
 echo "verdict: $verdict in $((SECONDS - started)) s$extra"
+if [[ -n ${OUT:-} ]]; then
+  { table; echo "verdict: $verdict in $((SECONDS - started)) s$extra"; } >"$OUT/gpu-check-table.txt"
+  tar -czf "$OUT/gpu-check-logs.tar.gz" -C "$logs" .
+fi
 ((${#failed[@]} == 0))

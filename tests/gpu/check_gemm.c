@@ -2,7 +2,7 @@
 ** lamp_gemm on the device against the CPU. The reference is the CPU backend's sgemm over the
 ** operands widened to fp32 (exact), computed for every row of C, or for 64 rows spread over C
 ** when m*n*k is above 2^31 (the reference of a 4096^3 product on every row would cost the CPU
-** more than the whole check may take). The device's result must lie within
+** more than the whole check may take; --sample-above=N moves that limit). The device's result must lie within
 **
 **     |alpha| * 2k * 2^-24 * sum_l |a_il| |b_lj|  +  2 * 2^-24 * |beta c_ij|  +  ulp_out(|ref| + that)
 **
@@ -60,11 +60,10 @@ static int large_combo(const combo *c) {
 }
 
 #define SAMPLED_ROWS 64
-#define FULL_CHECK_LIMIT (1ull << 31)
 
 /* The rows of C the reference covers. */
-static size_t pick_rows(size_t m, size_t n, size_t k, size_t *rows) {
-  if ((unsigned long long)m * n * k <= FULL_CHECK_LIMIT || m <= SAMPLED_ROWS) {
+static size_t pick_rows(const check_run *run, size_t m, size_t n, size_t k, size_t *rows) {
+  if ((unsigned long long)m * n * k <= run->sample_above || m <= SAMPLED_ROWS) {
     for (size_t i = 0; i < m; i++) rows[i] = i;
     return m;
   }
@@ -97,10 +96,10 @@ static float *widen_b(const gemm_args *g, const void *b, size_t count, int absol
 }
 
 /* Compares the device's C with the CPU reference on the selected rows. */
-static void compare(check_line *line, const gemm_args *g, const void *a, const void *b, const void *c0,
+static void compare(const check_run *run, check_line *line, const gemm_args *g, const void *a, const void *b, const void *c0,
                     const void *c_dev) {
   size_t *rows = malloc((g->m ? g->m : 1) * sizeof *rows);
-  size_t nrows = pick_rows(g->m, g->n, g->k, rows);
+  size_t nrows = pick_rows(run, g->m, g->n, g->k, rows);
   size_t b_count = (g->tb ? g->n : g->k) * g->ldb;
   float *ar = gather_a(g, a, rows, nrows, 0), *aa = gather_a(g, a, rows, nrows, 1);
   float *br = widen_b(g, b, b_count, 0), *ba = widen_b(g, b, b_count, 1);
@@ -163,7 +162,7 @@ static void run_one(check_run *run, check_line *line, const shape *s, int ta, in
   if (check_case_run(run, &c) != 0)
     check_line_fail(line, c.why);
   else
-    compare(line, &g, a, b, c0, c.x[2].dev);
+    compare(run, line, &g, a, b, c0, c.x[2].dev);
   check_case_free(&c);
   free(a);
   free(b);

@@ -6,12 +6,14 @@
 ** combination, "op  shapes  max-err  bound  ok|FAIL", then a summary and a digest of every device
 ** result (equal digests across runs of one seed: run-to-run determinism across processes).
 **
-**   check_ops DEVICE [--full] [--seed=N] [--only=OP[,OP...]] [--perturb=OP]
+**   check_ops DEVICE [--full] [--seed=N] [--only=OP[,OP...]] [--perturb=OP] [--sample-above=N]
 **
 ** DEVICE is "sim" (the simulated device, registered here), "cuda" or "cuda:N" (loaded by the core
 ** on first use). --full adds the large shapes (GEMMs up to 4096^3, vectors of 4M elements); without
 ** it the shapes are small enough for the simulated device to take seconds. --perturb=OP alters the
 ** first device result of OP after it came back, so that the run must fail (checks the checker).
+** GEMMs with m*n*k above 2^31 are compared on 64 rows spread over C; --sample-above=N moves that
+** limit (the tests use it to run the sampled comparison on small shapes).
 ** Exit status: 0 when every line is ok, 1 when one failed or the device is unusable, 2 on usage.
 */
 #include <stdio.h>
@@ -31,7 +33,7 @@ static const char *ops[] = {"gemm", "convert", "fill", "add_bias_rows", "sum_row
 #define N_OPS (sizeof ops / sizeof *ops)
 
 static int usage(const char *why) {
-  fprintf(stderr, "check_ops: %s\nusage: check_ops sim|cuda|cuda:N [--full] [--seed=N] [--only=OP,...] [--perturb=OP]\n",
+  fprintf(stderr, "check_ops: %s\nusage: check_ops sim|cuda|cuda:N [--full] [--seed=N] [--only=OP,...] [--perturb=OP] [--sample-above=N]\n",
           why);
   return 2;
 }
@@ -83,7 +85,7 @@ static double now(void) {
 }
 
 int main(int argc, char **argv) {
-  check_run run = {0};
+  check_run run = {.sample_above = 1ull << 31};
   const char *device = NULL;
   uint64_t seed = 1;
   for (int i = 1; i < argc; i++) {
@@ -92,6 +94,7 @@ int main(int argc, char **argv) {
     else if (strncmp(a, "--seed=", 7) == 0) seed = strtoull(a + 7, NULL, 10);
     else if (strncmp(a, "--only=", 7) == 0) run.only = a + 7;
     else if (strncmp(a, "--perturb=", 10) == 0) run.perturb = a + 10;
+    else if (strncmp(a, "--sample-above=", 15) == 0) run.sample_above = strtoull(a + 15, NULL, 10);
     else if (a[0] == '-') return usage("unknown option");
     else if (device == NULL) device = a;
     else return usage("one device only");

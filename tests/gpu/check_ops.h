@@ -29,6 +29,7 @@ typedef struct check_run {
   const char *only;    /* comma-separated operation names, or NULL for all */
   const char *perturb; /* operation whose first device result is altered (checks the checker) */
   int perturbed;
+  unsigned long long sample_above; /* GEMMs with m*n*k above this are compared on sampled rows */
   lamp_rng rng;
   int failures, lines;
   uint64_t digest; /* FNV-1a over every device result: equal across runs of one seed */
