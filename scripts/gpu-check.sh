@@ -144,7 +144,18 @@ unpack() {
   # a fresh folder outside /tmp, written with umask 022.
   { rm -rf "$root" && mkdir -p "$root"; } || return 1
   local t0=$SECONDS
-  tar -xf "$bundle" -C "$root" || return 1
+  if command -v xz >/dev/null; then
+    tar -xf "$bundle" -C "$root" || return 1
+  else # no xz binary: Python's tarfile reads xz through its lzma module
+    "${PYTHON:-python3}" - "$bundle" "$root" <<'PY' || return 1
+import sys, tarfile
+with tarfile.open(sys.argv[1]) as t:
+    if hasattr(tarfile, "data_filter"):
+        t.extractall(sys.argv[2], filter="data")
+    else:
+        t.extractall(sys.argv[2])
+PY
+  fi
   chmod -R go-w "$root"
   bundle_detail="$(du -m "$bundle" | cut -f1) MiB unpacked into $root in $((SECONDS - t0)) s"
 }
@@ -251,7 +262,9 @@ fi
 echo "gpu-check: lamp from $root; logs in $logs"
 
 # A bundle without the CUDA module (packed with --allow-missing-cuda), or --rebuild-cuda: build
-# build/backends/cuda.so here from this checkout's sources with the local nvcc.
+# build/backends/cuda.so here from this checkout's sources with the local nvcc, with the flags of
+# core/backend/cuda/CMakeLists.txt (kept in step by hand: C11 for .c; C++17, sm_90 and
+# --fmad=false for .cu; cudart static, cuBLAS shared, only the entry exported).
 rebuild_cuda() {
   local src=$repo/core/backend/cuda out=$root/build/backends obj
   obj=$(mktemp -d)
@@ -266,11 +279,11 @@ rebuild_cuda() {
   done
   for f in "$src"/*.cu; do
     [[ -e $f ]] || continue
-    nvcc -std=c++17 -O2 -arch=sm_90 -Xcompiler=-fPIC,-fvisibility=hidden "${defs[@]}" "${inc[@]}" -c "$f" -o "$obj/$(basename "$f").o" || return 1
+    nvcc -std=c++17 -O2 -arch=sm_90 --fmad=false -Xcompiler=-fPIC,-fvisibility=hidden "${defs[@]}" "${inc[@]}" -c "$f" -o "$obj/$(basename "$f").o" || return 1
     objs+=("$obj/$(basename "$f").o")
   done
   ((${#objs[@]})) || { echo "no sources in $src"; return 1; }
-  nvcc -shared -cudart=static -o "$out/cuda.so" "${objs[@]}" -L"$cuda_home/lib64" -lcublas -lm || return 1
+  nvcc -shared -cudart=static -Xlinker=--no-undefined -o "$out/cuda.so" "${objs[@]}" -L"$cuda_home/lib64" -lcublas -lm || return 1
   chmod go-w "$out/cuda.so"
   rm -rf "$obj"
 }
