@@ -134,7 +134,7 @@ glibc_needed=$( (for e in "${elves[@]}" "$root"/lib/*; do objdump -T "$e" 2>/dev
 if [[ $reference == 1 ]]; then
   echo "gpu-bundle: training one epoch on the CPU under fp32, fp16 and bf16 for cpu_reference.txt ..."
   reflog=$(mktemp -d)
-  OUT=$reflog scripts/gpu-check.sh --tree --write-cpu-reference="$root/cpu_reference.txt" ||
+  OUT=$reflog scripts/gpu-check.sh --tree --build="$build" --write-cpu-reference="$root/cpu_reference.txt" ||
     die "the CPU reference runs failed (logs in $reflog/gpu-check)"
   rm -rf "$reflog"
 fi

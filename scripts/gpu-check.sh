@@ -7,7 +7,8 @@
 #
 #   scripts/gpu-check.sh                   unpack gpu-bundle/lamp-gpu-bundle.tar.xz, check
 #   scripts/gpu-check.sh --bundle=FILE     another archive
-#   scripts/gpu-check.sh --tree            this checkout's build/ in place (a machine with the deps)
+#   scripts/gpu-check.sh --tree            this checkout's build/ in place (a machine with the deps;
+#                                          --build=DIR for another build folder)
 #   options: --root=DIR (where to unpack; default /opt/lamp-gpu as root, else ~/.cache/lamp-gpu),
 #            --rebuild-cuda (rebuild build/backends/cuda.so there with the local nvcc; done anyway
 #            when the bundle has none and nvcc is found), --stages=a,b,... (default all),
@@ -53,12 +54,13 @@ rebuild=0
 stages="a,b,c,d,e,f,g"
 budget=470
 reference_out=""
+build_dir=""
 # Arguments of the accuracy runs, on the GPU and on the CPU alike (the script's defaults: one
 # epoch, seed 0, batch 128).
 mlp_args=(--epochs=1 --seed=0)
 
 usage() {
-  echo "usage: scripts/gpu-check.sh [--bundle=FILE | --tree] [--root=DIR] [--rebuild-cuda] [--stages=a,b,...] [--budget=S]" >&2
+  echo "usage: scripts/gpu-check.sh [--bundle=FILE | --tree [--build=DIR]] [--root=DIR] [--rebuild-cuda] [--stages=a,b,...] [--budget=S]" >&2
   echo "       scripts/gpu-check.sh --tree --write-cpu-reference=FILE" >&2
   exit 2
 }
@@ -67,6 +69,7 @@ for a in "$@"; do
   case "$a" in
     --bundle=*) bundle=${a#--bundle=} ;;
     --tree) tree=1 ;;
+    --build=*) build_dir=$(cd "${a#--build=}" 2>/dev/null && pwd) || { echo "gpu-check: no build folder ${a#--build=}" >&2; exit 2; } ;;
     --root=*) root=${a#--root=} ;;
     --rebuild-cuda) rebuild=1 ;;
     --stages=*) stages=${a#--stages=} ;;
@@ -160,6 +163,7 @@ PY
   bundle_detail="$(du -m "$bundle" | cut -f1) MiB unpacked into $root in $((SECONDS - t0)) s"
 }
 
+[[ -n $build_dir && $tree == 0 ]] && { echo "gpu-check: --build=DIR goes with --tree" >&2; usage; }
 if [[ $tree == 1 ]]; then
   root=$repo
 elif [[ -f $bundle ]]; then
@@ -177,12 +181,13 @@ else
   fi
 fi
 
-lamp=$root/build/lamp
-check_ops=$root/build/tests/gpu/check_ops
-optim_bitwise=${LAMP_OPTIM_BITWISE:-$root/build/tests/gpu/optim_bitwise}
+bin=${build_dir:-$root/build}
+lamp=$bin/lamp
+check_ops=$bin/tests/gpu/check_ops
+optim_bitwise=${LAMP_OPTIM_BITWISE:-$bin/tests/gpu/optim_bitwise}
 scripts=$root/scripts
-export LAMP_PLUGIN_DIR=$root/build/plugins
-export LAMP_BACKEND_DIR=$root/build/backends
+export LAMP_PLUGIN_DIR=$bin/plugins
+export LAMP_BACKEND_DIR=$bin/backends
 [[ -d $root/data/fashion-mnist ]] && export LAMP_DATA_DIR=$root/data/fashion-mnist
 # OpenBLAS threads for the CPU side (check_ops' references, the CPU runs): all the cores.
 export OPENBLAS_NUM_THREADS=${OPENBLAS_NUM_THREADS:-$(nproc)}
@@ -266,7 +271,7 @@ echo "gpu-check: lamp from $root; logs in $logs"
 # core/backend/cuda/CMakeLists.txt (kept in step by hand: C11 for .c; C++17, sm_90 and
 # --fmad=false for .cu; cudart static, cuBLAS shared, only the entry exported).
 rebuild_cuda() {
-  local src=$repo/core/backend/cuda out=$root/build/backends obj
+  local src=$repo/core/backend/cuda out=$bin/backends obj
   obj=$(mktemp -d)
   mkdir -p "$out" || return 1
   local inc=(-I"$repo/core" -I"$repo/core/include" -I"$cuda_home/include")
@@ -296,9 +301,9 @@ rebuild_cuda() {
 # The bundle (or the tree): what is there, and whether this machine's C library is new enough.
 if [[ $tree == 1 ]]; then
   if [[ -f $bundle ]]; then
-    row "bundle" info 0 "build tree in place: $root/build (bundle $bundle: $(du -m "$bundle" | cut -f1) MiB, not used)"
+    row "bundle" info 0 "build tree in place: $bin (bundle $bundle: $(du -m "$bundle" | cut -f1) MiB, not used)"
   else
-    row "bundle" info 0 "build tree in place: $root/build (no bundle at $bundle)"
+    row "bundle" info 0 "build tree in place: $bin (no bundle at $bundle)"
   fi
 elif [[ -n $bundle_detail ]]; then
   need=$(sed -n 's/^glibc needed: //p' "$root/MANIFEST" 2>/dev/null)
@@ -308,12 +313,12 @@ elif [[ -n $bundle_detail ]]; then
   if ((size > 60)); then row "bundle" FAIL 0 "$detail: over the 60 MiB limit"; else row "bundle" ok 0 "$detail"; fi
 fi
 
-if [[ $gpu == 1 && -x $lamp ]] && { [[ $rebuild == 1 ]] || [[ ! -e $root/build/backends/cuda.so ]]; }; then
+if [[ $gpu == 1 && -x $lamp ]] && { [[ $rebuild == 1 ]] || [[ ! -e $bin/backends/cuda.so ]]; }; then
   t0=$SECONDS
   if ! command -v nvcc >/dev/null; then
     row "rebuild cuda.so" FAIL 0 "no nvcc on PATH (nor in $cuda_home/bin)"
   elif rebuild_cuda >"$logs/rebuild.log" 2>&1; then
-    row "rebuild cuda.so" ok $((SECONDS - t0)) "built $root/build/backends/cuda.so with $(nvcc --version | tail -1)"
+    row "rebuild cuda.so" ok $((SECONDS - t0)) "built $bin/backends/cuda.so with $(nvcc --version | tail -1)"
   else
     row "rebuild cuda.so" FAIL $((SECONDS - t0)) "see $logs/rebuild.log"
     tail_log rebuild
@@ -398,13 +403,13 @@ if want d "d optim bitwise"; then
     row "d optim bitwise" skip 0 "not built: $optim_bitwise (set LAMP_OPTIM_BITWISE)"
   elif [[ $gpu == 0 ]]; then
     # No GPU: the program's CPU-against-CPU mode on the same plugins, to prove it runs here.
-    run_stage optim-cpu 60 "$optim_bitwise" "$root/build/plugins/optim" "$root/build/plugins/optim"
+    run_stage optim-cpu 60 "$optim_bitwise" "$bin/plugins/optim" "$bin/plugins/optim"
     rc=$?
     if [[ $rc == 0 ]]; then row "d optim (cpu smoke)" ok $((SECONDS - t0)) "cpu against cpu: $(grep -c ': bitwise equal$' "$logs/optim-cpu.log") optimizers equal"
     else row "d optim (cpu smoke)" FAIL $((SECONDS - t0)) "exit $rc"; tail_log optim-cpu 8; fi
     skip_no_gpu "d optim bitwise"
   else
-    run_stage optim 90 "$optim_bitwise" "$root/build/plugins/optim"
+    run_stage optim 90 "$optim_bitwise" "$bin/plugins/optim"
     rc=$?
     equal=$(grep -c ': bitwise equal$' "$logs/optim.log")
     if [[ $rc == 0 ]]; then row "d optim bitwise" ok $((SECONDS - t0)) "$equal optimizers bitwise equal"
