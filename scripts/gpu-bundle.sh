@@ -160,3 +160,10 @@ if ((bytes > limit_mib * 1048576)); then
 fi
 echo "gpu-bundle: $archive  $mib MiB (limit $limit_mib MiB), $(find "$root" -type f | wc -l) files; glibc >= ${glibc_needed:-?}"
 [[ -f $root/build/backends/cuda.so ]] || echo "gpu-bundle: (without build/backends/cuda.so)"
+# The device tool carries the working tree (tracked and untracked, not ignored) and the carried
+# folder together, 64 MiB at most.
+tree_bytes=$(git ls-files -co --exclude-standard -z | du -cb --files0-from=- 2>/dev/null | tail -1 | cut -f1)
+total=$(awk -v a="${tree_bytes:-0}" -v b="$bytes" 'BEGIN { printf "%.1f", (a + b) / 1048576 }')
+echo "gpu-bundle: with the working tree ($(awk -v a="${tree_bytes:-0}" 'BEGIN { printf "%.1f", a / 1048576 }') MiB) a device call carrying gpu-bundle/ takes $total of its 64 MiB"
+awk -v t="$total" 'BEGIN { exit !(t > 64) }' && echo "gpu-bundle: WARNING: over the 64 MiB a device call carries" >&2
+exit 0
