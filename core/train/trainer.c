@@ -403,20 +403,28 @@ static lamp_status forward_backward(lamp_trainer *t, const lamp_tensor *x, const
 ** next step, and at the same step on every rank (the all-reduce gave them all the same
 ** gradients, hence the same parameters and the same NaN loss). The division by S*N is not a pass
 ** of its own: it is folded into the optimizer's fused step as grad_scale.
+**
+** Under a loss scaler with clipping, the squared norm is the inf/NaN check too, so one pass over the
+** gradients does both: a finite float's square is finite in double, and so is the sum of any
+** slab's squares (it would need more than 2^700 elements to overflow), while an inf or a NaN makes
+** the sum inf or NaN. found_inf is then set on the host from the sum.
 */
 static lamp_status read_report(lamp_trainer *t) {
   lamp_device dev = t->config.device;
   float *grads = lamp_tensor_data(lamp_model_grads(t->model));
   size_t n = lamp_model_numel(t->model);
   char *report = t->report;
+  int scaling = (t->policy.flags & LAMP_POLICY_LOSS_SCALING) != 0, clipping = t->config.clip != 0.0;
   lamp_status st = lamp_zero(dev, report + offsetof(lamp_step_report, found_inf), sizeof(int32_t));
-  if (st == LAMP_OK && (t->policy.flags & LAMP_POLICY_LOSS_SCALING))
+  if (st == LAMP_OK && scaling && !clipping)
     st = lamp_unscale_and_check(dev, grads, n, 1.0f, (int *)(void *)(report + offsetof(lamp_step_report, found_inf)));
-  if (st == LAMP_OK && t->config.clip != 0.0) /* the norm costs a pass; only clipping needs it */
+  if (st == LAMP_OK && clipping) /* the norm costs a pass; only clipping needs it */
     st = lamp_sum_squares(dev, grads, n, (double *)(void *)(report + offsetof(lamp_step_report, sumsq)));
   if (st == LAMP_OK) st = lamp_copy(LAMP_HOST, t->report_host, dev, t->report, t->report_bytes);
-  if (st == LAMP_OK) t->stats.last_loss = t->report_host->loss[t->config.accum - 1];
-  return st;
+  if (st != LAMP_OK) return st;
+  if (scaling && clipping) t->report_host->found_inf = !isfinite(t->report_host->sumsq);
+  t->stats.last_loss = t->report_host->loss[t->config.accum - 1];
+  return LAMP_OK;
 }
 
 /* Without a loss scaler a non-finite loss cannot be skipped: training stops, naming the step. */

@@ -225,6 +225,48 @@ static void test_fp16_clip_above_the_norm(void **state) {
   check_step("fp16", 10.0, 65536.0, g_tol, norm_tol);
 }
 
+/*
+** Under a loss scaler with clipping, the trainer takes the inf/NaN check from the squared norm
+** (one pass over the gradients instead of two): a scale of 2^40 overflows the fp16 logit
+** gradients, and the step must still be skipped with the parameters untouched and the scale
+** halved, exactly as without clipping.
+*/
+static void overflowing_step(double clip) {
+  static const lamp_option sgd_opts[] = {{"lr", 1.0}};
+  static const lamp_option fp16_opts[] = {{"init_scale", 0x1p40}};
+  rig_spec spec = {.precision = "fp16", .prec_opts = fp16_opts, .n_prec_opts = 1, .optim_opts = sgd_opts,
+                   .n_optim_opts = 1, .clip = clip};
+  rig r;
+  rig_open(&r, &spec, linear(IN, OUT));
+  set_param(r.model, 0, W0);
+  set_param(r.model, 1, B0);
+  int64_t xs[2] = {B, IN}, ys[1] = {B};
+  lamp_tensor *x = new_tensor(LAMP_F32, 2, xs), *y = new_tensor(LAMP_I32, 1, ys);
+  memcpy(fp(x), X, sizeof X);
+  memcpy(lamp_tensor_data(y), Y, sizeof Y);
+  float before[NP];
+  memcpy(before, lamp_model_trainable(r.model), sizeof before);
+  OK(lamp_trainer_step(r.t, x, y));
+  lamp_trainer_stats st = rig_stats(&r);
+  assert_int_equal(st.steps, 0);
+  assert_int_equal(st.skipped_steps, 1);
+  assert_true(st.loss_scale == 0x1p39);
+  assert_memory_equal(lamp_model_trainable(r.model), before, sizeof before);
+  lamp_tensor_release(x);
+  lamp_tensor_release(y);
+  rig_close(&r);
+}
+
+static void test_fp16_overflow_skipped_with_clipping(void **state) {
+  (void)state;
+  overflowing_step(1.0);
+}
+
+static void test_fp16_overflow_skipped_without_clipping(void **state) {
+  (void)state;
+  overflowing_step(0.0);
+}
+
 /* The reference itself, so that the tests above cannot pass against a wrong one: the
    gradient of a softmax cross-entropy sums to 0 over the classes, row by row, hence the two
    bias gradients cancel; and a central finite difference of the double loss agrees. */
@@ -279,6 +321,8 @@ int main(void) {
       cmocka_unit_test(test_fp32_clip_above_the_norm),
       cmocka_unit_test(test_fp16_clip_below_the_norm),
       cmocka_unit_test(test_fp16_clip_above_the_norm),
+      cmocka_unit_test(test_fp16_overflow_skipped_with_clipping),
+      cmocka_unit_test(test_fp16_overflow_skipped_without_clipping),
       cmocka_unit_test(test_no_clip_reports_no_norm),
   };
   return cmocka_run_group_tests(tests, rig_group_setup, rig_group_teardown);
