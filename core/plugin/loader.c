@@ -79,12 +79,13 @@ static const member *required_members(lamp_kind kind, size_t *n) {
 }
 
 /* ABI 1.0: the required functions are a prefix; the optional ones after them may be cut off.
-   ABI 1.1 added no family table member (only host members and lamp_optim_step.stream) and 1.2
-   only an optional one (lamp_optim_v1.caps), so every minor so far needs the same prefix. A
+   ABI 1.1 added no family table member (only host members and lamp_optim_step.stream), 1.2
+   only an optional one (lamp_optim_v1.caps) and 1.3 only optional ones (lamp_comm_v1's
+   create_with_bootstrap .. poll), so every minor so far needs the same prefix. A
    minor that adds a required member makes this depend on `minor`; plugins declaring a minor
    this core does not know are held to the newest it does. */
 size_t lamp_plugin_required_size(lamp_kind kind, unsigned minor) {
-  (void)minor; /* 1.0, 1.1 and 1.2 require the same members */
+  (void)minor; /* 1.0 to 1.3 require the same members */
   size_t n;
   const member *m = required_members(kind, &n);
   if (m == NULL) return sizeof(lamp_plugin);
