@@ -25,8 +25,8 @@ static lamp_status too_big(lamp_comm *c, const char *op, unsigned long seq, size
 /* The communicator recorded its message: "bootstrap: broadcast 3 over mpi failed: mpi: ...". */
 static lamp_status failed(lamp_comm *c, const char *op, unsigned long seq, lamp_status st) {
   if (st == LAMP_OK) return LAMP_OK;
-  return lamp_error(LAMP_ERR_REMOTE, "bootstrap: %s %lu over %s failed (rank %d of %d): %s", op, seq,
-                    lamp_comm_handle(c)->desc->name, lamp_comm_rank(c), lamp_comm_size(c), lamp_last_error());
+  return lamp_error_context(LAMP_ERR_REMOTE, "bootstrap: %s %lu over %s failed (rank %d of %d)", op, seq,
+                            lamp_comm_handle(c)->desc->name, lamp_comm_rank(c), lamp_comm_size(c));
 }
 
 static lamp_status comm_broadcast(void *state, unsigned long seq, void *buf, size_t bytes, int root,

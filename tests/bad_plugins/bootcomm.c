@@ -92,7 +92,7 @@ static lamp_status exchange(bootcomm *c) {
       st = c->host->set_error(c->ctx, LAMP_ERR_INTERNAL, "bootstrap all_gather gave %u from rank %d, expected %u",
                               (unsigned)all[r], r, 7u * (unsigned)r + 1u);
   free(all);
-  char token[32] = "", expected[32];
+  char token[32] = "", expected[32] = ""; /* all 32 bytes travel and are compared */
   snprintf(expected, sizeof expected, "token from rank %d", b->size - 1);
   if (b->rank == b->size - 1) memcpy(token, expected, sizeof token);
   if (st == LAMP_OK) st = boot_status(c, b->broadcast(b, token, sizeof token, b->size - 1, c->timeout));
