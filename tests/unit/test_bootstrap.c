@@ -35,6 +35,8 @@
 #include "base/log.h"
 #include "plugin/bootstrap.h"
 #include "plugin/instance.h"
+#include "test_support.h"
+#include "trainer_rig.h"
 
 #define TMP LAMP_TEST_TMP_DIR "/bootstrap"
 #define BAD(name) LAMP_BAD_PLUGIN_DIR "/" name ".so"
@@ -492,6 +494,46 @@ static void test_comm_bootstrap_env_error_named(void **state) {
   clear_launch_env();
 }
 
+/* Three steps of a small MLP through `comm`; the final parameters. */
+static float *train_through(const char *comm, size_t *n) {
+  rig r;
+  rig_spec spec = {.comm = comm, .seed = 3};
+  rig_open(&r, &spec, seq(3, (lamp_layer *[]){linear(6, 8), relu(), linear(8, 3)}));
+  lamp_rng rng;
+  lamp_rng_seed(&rng, 9);
+  lamp_tensor *x = new_tensor(LAMP_F32, 2, (int64_t[]){5, 6}), *y = new_tensor(LAMP_I32, 1, (int64_t[]){5});
+  for (int s = 0; s < 3; s++) {
+    fill_uniform(x, &rng, -1.0, 1.0);
+    for (int i = 0; i < 5; i++) ((int32_t *)lamp_tensor_data(y))[i] = (int32_t)lamp_rng_below(&rng, 3);
+    OK(lamp_trainer_step(r.t, x, y));
+  }
+  lamp_tensor_release(x);
+  lamp_tensor_release(y);
+  *n = lamp_model_numel(r.model);
+  float *p = params_copy(&r);
+  rig_close(&r);
+  return p;
+}
+
+/* A communicator built against ABI 1.0, and one created with the bootstrap, train as single. */
+static void test_old_and_bootstrapped_comms_train(void **state) {
+  (void)state;
+  clear_launch_env();
+  lamp_log_set_level(LAMP_LOG_WARN);
+  size_t n_single, n_old, n_boot;
+  float *single = train_through("single", &n_single);
+  float *old = train_through(BAD("abi10"), &n_old);
+  float *boot = train_through(BAD("bootcomm"), &n_boot);
+  assert_int_equal(n_single, n_old);
+  assert_int_equal(n_single, n_boot);
+  assert_memory_equal(single, old, n_single * sizeof(float));
+  assert_memory_equal(single, boot, n_single * sizeof(float));
+  free(single);
+  free(old);
+  free(boot);
+  lamp_log_set_level(LAMP_LOG_INFO);
+}
+
 /*
 ** Rank r of 2 as a forked process over the file store: opens bootcomm with opts, all-reduces
 ** {r + 1, 10 r} unless `quiet` and closes. Writes its status and message to <dir>/result.<r>.
@@ -588,6 +630,7 @@ int main(void) {
       cmocka_unit_test(test_comm_with_bootstrap_alone),
       cmocka_unit_test(test_abi_1_0_comm_lacks_1_3),
       cmocka_unit_test(test_comm_bootstrap_env_error_named),
+      cmocka_unit_test(test_old_and_bootstrapped_comms_train),
       cmocka_unit_test(test_comm_over_file_store),
       cmocka_unit_test(test_comm_create_names_missing_peer),
   };
