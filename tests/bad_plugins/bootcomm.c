@@ -6,7 +6,8 @@
 ** local_size == size), then proves the channel: an all_gather of 4 bytes per rank (rank r sends
 ** 7r + 1), a broadcast of "token from rank S-1" from the last rank, and a barrier; a wrong byte
 ** fails create with a message naming it. Option skip_rank makes that rank leave out the
-** exchange, so the others wait for it until their deadline (option timeout, seconds).
+** exchange, so the others wait for it until their deadline (option call_timeout, else timeout:
+** seconds; timeout also bounds the core's opening exchange).
 **
 ** Afterwards it is a slow but real communicator for host memory: all_reduce is an all_gather
 ** through the bootstrap and a reduction in rank order (f32 and i32; SUM, MAX, MIN), so every
@@ -25,10 +26,11 @@
 
 #define WHO "bootcomm"
 
-enum { P_TIMEOUT, P_SKIP_RANK, P_EXPECT_ONE_HOST };
+enum { P_TIMEOUT, P_CALL_TIMEOUT, P_SKIP_RANK, P_EXPECT_ONE_HOST };
 
 static const lamp_param params[] = {
-    {"timeout", 300.0, 0.01, 604800.0, "seconds each bootstrap call may wait"},
+    {"timeout", 300.0, 0.01, 604800.0, "seconds the core's opening exchange and each call may wait"},
+    {"call_timeout", 0.0, 0.0, 604800.0, "seconds each of its own bootstrap calls may wait (0: timeout)"},
     {"skip_rank", -1.0, -1.0, 1e6, "this rank leaves out create's exchange (-1: none)"},
     {"expect_one_host", 0.0, 0.0, 1.0, "every rank is on this host"},
 };
@@ -110,7 +112,7 @@ static lamp_status create_with_bootstrap(const lamp_host *h, lamp_ctx *ctx, cons
   c->host = h;
   c->ctx = ctx;
   c->boot = boot;
-  c->timeout = p[P_TIMEOUT];
+  c->timeout = p[P_CALL_TIMEOUT] > 0.0 ? p[P_CALL_TIMEOUT] : p[P_TIMEOUT];
   lamp_status st = check_places(c, p[P_EXPECT_ONE_HOST] != 0.0);
   if (st == LAMP_OK && (int)p[P_SKIP_RANK] != boot->rank) st = exchange(c);
   if (st != LAMP_OK) {
