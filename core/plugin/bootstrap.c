@@ -285,6 +285,8 @@ void lamp_bootstrap_close(lamp_bootstrap *pub) {
 
 const char *lamp_bootstrap_transport(const lamp_bootstrap *b) { return of(b)->t.name; }
 
+int lamp_bootstrap_close_waits(const lamp_bootstrap *b) { return b != NULL && of(b)->t.close_waits; }
+
 const char *lamp_bootstrap_failure(const lamp_bootstrap *b) { return of(b)->failure; }
 
 void lamp_bootstrap_clear_failure(lamp_bootstrap *b) { of(b)->failure[0] = '\0'; }

@@ -36,6 +36,10 @@ void lamp_bootstrap_close(lamp_bootstrap *b); /* NULL is a no-op */
 /* What the transport is, for messages and logs: "mpi", "file store /dir/lamp.0", "single rank". */
 const char *lamp_bootstrap_transport(const lamp_bootstrap *b);
 
+/* Whether closing may wait for the other ranks (over mpi: MPI_Finalize does), so a rank that
+   closes it after a failure of its own may not return until they end. */
+int lamp_bootstrap_close_waits(const lamp_bootstrap *b);
+
 /* The message of the last failed call since lamp_bootstrap_clear_failure ("" when none). */
 const char *lamp_bootstrap_failure(const lamp_bootstrap *b);
 void lamp_bootstrap_clear_failure(lamp_bootstrap *b);
@@ -49,6 +53,7 @@ void lamp_bootstrap_clear_failure(lamp_bootstrap *b);
 typedef struct lamp_boot_transport {
   char name[4200]; /* lamp_bootstrap_transport's answer */
   int rank, size;
+  int close_waits; /* lamp_bootstrap_close_waits */
   void *state;
   lamp_status (*broadcast)(void *state, unsigned long seq, void *buf, size_t bytes, int root, double timeout_s);
   lamp_status (*all_gather)(void *state, unsigned long seq, const void *send, void *recv, size_t bytes,

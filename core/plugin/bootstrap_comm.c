@@ -63,6 +63,7 @@ lamp_status lamp_boot_comm_open(lamp_boot_transport *t, lamp_comm *comm) {
   snprintf(t->name, sizeof t->name, "%s", name);
   t->rank = lamp_comm_rank(comm);
   t->size = lamp_comm_size(comm);
+  t->close_waits = 1; /* the mpi plugin finalises MPI when its last communicator goes */
   t->state = comm;
   t->broadcast = comm_broadcast;
   t->all_gather = comm_all_gather;

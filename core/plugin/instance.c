@@ -10,6 +10,7 @@
 
 #include "backend/backend.h"
 #include "base/error.h"
+#include "base/log.h"
 #include "plugin/bootstrap.h"
 #include "plugin/instance.h"
 #include "tensor/dtype.h"
@@ -141,7 +142,13 @@ static lamp_status create_object(instance *in) {
     return PLUGIN_CALL(in, "create", create_of(in->handle)(lamp_host_get(), in->ctx, in->params, &in->state));
   lamp_status st = lamp_bootstrap_open(&in->boot, boot_timeout(in));
   if (st != LAMP_OK) return lamp_error_context(st, "%s", name_of(in));
-  return PLUGIN_CALL(in, "create", with_boot(lamp_host_get(), in->ctx, in->params, in->boot, &in->state));
+  st = PLUGIN_CALL(in, "create", with_boot(lamp_host_get(), in->ctx, in->params, in->boot, &in->state));
+  /* Closing the bootstrap next may wait for the other ranks (MPI_Finalize) until they fail too
+     or the launcher ends the job: say why now, or the reason could die with the process. */
+  if (st != LAMP_OK && lamp_bootstrap_close_waits(in->boot))
+    lamp_log(LAMP_LOG_ERROR, name_of(in), "create failed, closing the bootstrap over %s (this waits for the other ranks): %s",
+             lamp_bootstrap_transport(in->boot), lamp_last_error());
+  return st;
 }
 
 /* Load, options, context, create; on failure nothing is left allocated. */
