@@ -123,7 +123,8 @@ typedef lamp_status (*create_boot_fn)(const lamp_host *host, lamp_ctx *ctx, cons
                                       const lamp_bootstrap *boot, void **comm);
 
 /* The seconds the bootstrap's opening exchange may take: the communicator's own "timeout"
-   option where it declares one, else LAMP_COMM_TIMEOUT, else 300. */
+   option where it declares one and it is not at its default (which cannot be told from no
+   option, as in the mpi plugin), else LAMP_COMM_TIMEOUT, else 300. */
 static double boot_timeout(const instance *in) {
   const lamp_plugin *d = in->handle->desc;
   for (uint32_t i = 0; i < d->n_params; i++)
