@@ -80,7 +80,7 @@ lamp_status lamp_comm_barrier(lamp_comm *c);
 /*
 ** Optional operations. lamp_comm_supports names one ("all_reduce_start", which implies wait;
 ** "all_gather"; "reduce_scatter"; "all_reduce_enqueue", which implies wait_stream and poll, ABI
-** 1.3: a plugin with only some of the three has none); calling one the plugin lacks is
+** 1.3: the loader refuses a plugin with only some of the three); calling one the plugin lacks is
 ** LAMP_ERR_UNSUPPORTED, "single: all_gather is not supported by this comm plugin".
 **
 ** The stream-ordered calls (comm.h) pass `stream` through: the device's queue the all-reduce

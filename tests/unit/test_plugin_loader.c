@@ -418,6 +418,15 @@ static void test_required_function_null(void **state) {
                BAD("nofn") ": required function 'create' is NULL");
 }
 
+/* ABI 1.3: all_reduce_enqueue, wait_stream and poll come as three or not at all. */
+static void test_stream_ordered_calls_together(void **state) {
+  (void)state;
+  const lamp_plugin_handle *h = NULL;
+  assert_error(lamp_plugin_load(LAMP_KIND_COMM, BAD("halfstream"), &h), LAMP_ERR_INVALID_USAGE,
+               BAD("halfstream") ": has some of the stream-ordered calls but not 'wait_stream', 'poll': "
+                                 "all_reduce_enqueue, wait_stream and poll come together");
+}
+
 static void test_create_fails(void **state) {
   (void)state;
   lamp_optim *o = NULL;
@@ -738,6 +747,7 @@ int main(int argc, char **argv) {
       T(test_abi_major),
       T(test_struct_too_small),
       T(test_required_function_null),
+      T(test_stream_ordered_calls_together),
       T(test_create_fails),
       T(test_minor_versions_accepted),
       T(test_abi_1_0_plugin_runs),
