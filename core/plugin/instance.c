@@ -10,6 +10,8 @@
 
 #include "backend/backend.h"
 #include "base/error.h"
+#include "base/log.h"
+#include "plugin/bootstrap.h"
 #include "plugin/instance.h"
 #include "tensor/dtype.h"
 
@@ -24,6 +26,7 @@ typedef struct instance {
   lamp_ctx *ctx;
   double *params; /* resolved, hdr.n_params values */
   void *state;    /* the plugin's object */
+  lamp_bootstrap *boot; /* a communicator's, when it was created with one */
 } instance;
 
 struct lamp_precision {
@@ -53,10 +56,12 @@ static int status_known(lamp_status st) {
   return (int)st >= LAMP_OK && (int)st <= LAMP_ERR_NUMERIC;
 }
 
-/* A plugin call returned st: "<plugin>: <its message>". */
+/* A plugin call returned st: "<plugin>: <its message>". A plugin passes on a failure of the
+   bootstrap without a message of its own (comm.h): the bootstrap's is the message then. */
 static lamp_status finish(const instance *in, const char *what, lamp_status st) {
   if (st == LAMP_OK) return LAMP_OK;
   const char *msg = lamp_ctx_message(in->ctx);
+  if (msg[0] == '\0' && in->boot != NULL) msg = lamp_bootstrap_failure(in->boot);
   if (!status_known(st))
     return lamp_error(LAMP_ERR_INTERNAL, "%s: %s returned unknown status %d%s%s", name_of(in), what,
                       (int)st, msg[0] ? ": " : "", msg);
@@ -65,7 +70,13 @@ static lamp_status finish(const instance *in, const char *what, lamp_status st) 
                     lamp_status_name(st));
 }
 
-#define PLUGIN_CALL(in, what, call) (lamp_ctx_clear((in)->ctx), finish((in), (what), (call)))
+/* Forgets the messages of earlier calls. */
+static void clear(instance *in) {
+  lamp_ctx_clear(in->ctx);
+  if (in->boot != NULL) lamp_bootstrap_clear_failure(in->boot);
+}
+
+#define PLUGIN_CALL(in, what, call) (clear(in), finish((in), (what), (call)))
 
 static lamp_status unsupported(const instance *in, const char *what) {
   return lamp_error(LAMP_ERR_UNSUPPORTED, "%s: %s is not supported by this %s plugin", name_of(in),
@@ -104,6 +115,41 @@ static create_fn create_of(const lamp_plugin_handle *h) {
 static void instance_end(instance *in) {
   lamp_ctx_free(in->ctx);
   free(in->params);
+  lamp_bootstrap_close(in->boot);
+  in->boot = NULL;
+}
+
+typedef lamp_status (*create_boot_fn)(const lamp_host *host, lamp_ctx *ctx, const double *params,
+                                      const lamp_bootstrap *boot, void **comm);
+
+/* The seconds the bootstrap's opening exchange may take: the communicator's own "timeout"
+   option where it declares one and it is not at its default (which cannot be told from no
+   option, as in the mpi plugin), else LAMP_COMM_TIMEOUT, else 300. */
+static double boot_timeout(const instance *in) {
+  const lamp_plugin *d = in->handle->desc;
+  for (uint32_t i = 0; i < d->n_params; i++)
+    if (strcmp(d->params[i].name, "timeout") == 0 && in->params[i] != d->params[i].default_value)
+      return in->params[i];
+  return lamp_bootstrap_default_timeout();
+}
+
+/* A communicator with create_with_bootstrap (ABI 1.3) gets the run's bootstrap, built here;
+   every other plugin its create. */
+static lamp_status create_object(instance *in) {
+  create_boot_fn with_boot = NULL;
+  if (in->handle->kind == LAMP_KIND_COMM)
+    with_boot = OPTIONAL((const lamp_comm_v1 *)in->handle->desc, lamp_comm_v1, create_with_bootstrap);
+  if (with_boot == NULL)
+    return PLUGIN_CALL(in, "create", create_of(in->handle)(lamp_host_get(), in->ctx, in->params, &in->state));
+  lamp_status st = lamp_bootstrap_open(&in->boot, boot_timeout(in));
+  if (st != LAMP_OK) return lamp_error_context(st, "%s", name_of(in));
+  st = PLUGIN_CALL(in, "create", with_boot(lamp_host_get(), in->ctx, in->params, in->boot, &in->state));
+  /* Closing the bootstrap next may wait for the other ranks (MPI_Finalize) until they fail too
+     or the launcher ends the job: say why now, or the reason could die with the process. */
+  if (st != LAMP_OK && lamp_bootstrap_close_waits(in->boot))
+    lamp_log(LAMP_LOG_ERROR, name_of(in), "create failed, closing the bootstrap over %s (this waits for the other ranks): %s",
+             lamp_bootstrap_transport(in->boot), lamp_last_error());
+  return st;
 }
 
 /* Load, options, context, create; on failure nothing is left allocated. */
@@ -113,9 +159,7 @@ static lamp_status instance_open(instance *in, lamp_kind kind, const char *name,
   lamp_status st = find_plugin(kind, name, &in->handle);
   if (st == LAMP_OK) st = resolve_params(in, opts, n_opts);
   if (st == LAMP_OK && (in->ctx = lamp_ctx_new()) == NULL) st = LAMP_ERR_SYSTEM;
-  if (st == LAMP_OK)
-    st = PLUGIN_CALL(in, "create",
-                     create_of(in->handle)(lamp_host_get(), in->ctx, in->params, &in->state));
+  if (st == LAMP_OK) st = create_object(in);
   if (st != LAMP_OK) instance_end(in);
   return st;
 }
@@ -412,6 +456,9 @@ int lamp_comm_supports(const lamp_comm *c, const char *op) {
   if (strcmp(op, "all_gather") == 0) return OPTIONAL(c->t, lamp_comm_v1, all_gather) != NULL;
   if (strcmp(op, "reduce_scatter") == 0)
     return OPTIONAL(c->t, lamp_comm_v1, reduce_scatter) != NULL;
+  if (strcmp(op, "all_reduce_enqueue") == 0)
+    return OPTIONAL(c->t, lamp_comm_v1, all_reduce_enqueue) != NULL &&
+           OPTIONAL(c->t, lamp_comm_v1, wait_stream) != NULL && OPTIONAL(c->t, lamp_comm_v1, poll) != NULL;
   return 0;
 }
 
@@ -429,6 +476,36 @@ lamp_status lamp_comm_all_reduce_start(lamp_comm *c, void *buf, size_t count, la
 lamp_status lamp_comm_wait(lamp_comm *c, lamp_request *req) {
   if (!lamp_comm_supports(c, "all_reduce_start")) return unsupported(&c->in, "wait");
   return PLUGIN_CALL(&c->in, "wait", c->t->wait(c->in.state, req));
+}
+
+/* Stream-ordered calls reach only a plugin that declares the device: the host view would have
+   to wait for the device, which is what they exist to avoid. */
+static lamp_status declared_for(const lamp_comm *c, const char *what, lamp_device device) {
+  if (declares(c->in.handle, device)) return LAMP_OK;
+  char list[64];
+  device_list(declared_devices(c->in.handle->desc), list, sizeof list);
+  return lamp_error(LAMP_ERR_UNSUPPORTED, "%s: %s on %s needs a plugin that declares %s (its devices: %s)",
+                    name_of(&c->in), what, lamp_device_name(device), lamp_device_name(device), list);
+}
+
+lamp_status lamp_comm_all_reduce_enqueue(lamp_comm *c, void *buf, size_t count, lamp_dtype dtype,
+                                         lamp_reduce_op op, lamp_device device, void *stream,
+                                         lamp_request **req) {
+  if (!lamp_comm_supports(c, "all_reduce_enqueue")) return unsupported(&c->in, "all_reduce_enqueue");
+  lamp_status st = declared_for(c, "all_reduce_enqueue", device);
+  if (st != LAMP_OK) return st;
+  return PLUGIN_CALL(&c->in, "all_reduce_enqueue",
+                     c->t->all_reduce_enqueue(c->in.state, buf, count, dtype, op, device, stream, req));
+}
+
+lamp_status lamp_comm_wait_stream(lamp_comm *c, lamp_request *req, void *stream) {
+  if (!lamp_comm_supports(c, "all_reduce_enqueue")) return unsupported(&c->in, "wait_stream");
+  return PLUGIN_CALL(&c->in, "wait_stream", c->t->wait_stream(c->in.state, req, stream));
+}
+
+lamp_status lamp_comm_poll(lamp_comm *c) {
+  if (!lamp_comm_supports(c, "all_reduce_enqueue")) return unsupported(&c->in, "poll");
+  return PLUGIN_CALL(&c->in, "poll", c->t->poll(c->in.state));
 }
 
 lamp_status lamp_comm_all_gather(lamp_comm *c, const void *sendbuf, void *recvbuf, size_t count,

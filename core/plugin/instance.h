@@ -79,13 +79,27 @@ lamp_status lamp_comm_broadcast(lamp_comm *c, void *buf, size_t count, lamp_dtyp
 lamp_status lamp_comm_barrier(lamp_comm *c);
 /*
 ** Optional operations. lamp_comm_supports names one ("all_reduce_start", which implies wait;
-** "all_gather"; "reduce_scatter"); calling one the plugin lacks is LAMP_ERR_UNSUPPORTED,
-** "single: all_gather is not supported by this communicator".
+** "all_gather"; "reduce_scatter"; "all_reduce_enqueue", which implies wait_stream and poll, ABI
+** 1.3: the loader refuses a plugin with only some of the three); calling one the plugin lacks is
+** LAMP_ERR_UNSUPPORTED, "single: all_gather is not supported by this comm plugin".
+**
+** The stream-ordered calls (comm.h) pass `stream` through: the device's queue the all-reduce
+** follows (lamp_device_stream(device)) and the one wait_stream makes wait. all_reduce_enqueue
+** refuses a device the plugin does not declare ("x: all_reduce_enqueue on cuda needs a plugin
+** that declares cuda (its devices: cpu)"): no host view, which would wait for the device. poll
+** never blocks; after a failed collective it fails every time with the plugin's message.
+**
+** A communicator with create_with_bootstrap (ABI 1.3) is created with the run's bootstrap
+** (plugin/bootstrap.h), which lives until lamp_comm_close has destroyed it. When a call fails
+** because the bootstrap did, the message is "<plugin>: bootstrap: ...".
 */
 int lamp_comm_supports(const lamp_comm *c, const char *op);
 lamp_status lamp_comm_all_reduce_start(lamp_comm *c, void *buf, size_t count, lamp_dtype dtype, lamp_reduce_op op, lamp_device device, lamp_request **req);
 lamp_status lamp_comm_wait(lamp_comm *c, lamp_request *req);
 lamp_status lamp_comm_all_gather(lamp_comm *c, const void *sendbuf, void *recvbuf, size_t count, lamp_dtype dtype, lamp_device device);
+lamp_status lamp_comm_all_reduce_enqueue(lamp_comm *c, void *buf, size_t count, lamp_dtype dtype, lamp_reduce_op op, lamp_device device, void *stream, lamp_request **req);
+lamp_status lamp_comm_wait_stream(lamp_comm *c, lamp_request *req, void *stream);
+lamp_status lamp_comm_poll(lamp_comm *c);
 lamp_status lamp_comm_reduce_scatter(lamp_comm *c, const void *sendbuf, void *recvbuf, size_t count, lamp_dtype dtype, lamp_reduce_op op, lamp_device device);
 
 /* Optim. hparam lookup by name (for "lr"): returns 0 and sets *value when declared, -1 when

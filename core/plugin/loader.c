@@ -6,7 +6,8 @@
 ** Validation order, each step with one message naming the path:
 **   not found -> not a regular file -> owner or mode unsafe (search.c) -> dlopen error
 **   -> no entry symbol (or a newer one) -> entry returned NULL -> bad magic -> wrong kind
-**   -> ABI major -> table too small -> required member NULL -> bad parameter declarations
+**   -> ABI major -> table too small -> required member NULL -> part of a group of optional
+**   members (comm: all_reduce_enqueue, wait_stream, poll) -> bad parameter declarations
 **   -> (loaded by name) another declared name.
 ** The file checks come before dlopen because dlopen already runs the file's code (its
 ** constructors), and they run on every load, cached or not.
@@ -79,12 +80,13 @@ static const member *required_members(lamp_kind kind, size_t *n) {
 }
 
 /* ABI 1.0: the required functions are a prefix; the optional ones after them may be cut off.
-   ABI 1.1 added no family table member (only host members and lamp_optim_step.stream) and 1.2
-   only an optional one (lamp_optim_v1.caps), so every minor so far needs the same prefix. A
+   ABI 1.1 added no family table member (only host members and lamp_optim_step.stream), 1.2
+   only an optional one (lamp_optim_v1.caps) and 1.3 only optional ones (lamp_comm_v1's
+   create_with_bootstrap .. poll), so every minor so far needs the same prefix. A
    minor that adds a required member makes this depend on `minor`; plugins declaring a minor
    this core does not know are held to the newest it does. */
 size_t lamp_plugin_required_size(lamp_kind kind, unsigned minor) {
-  (void)minor; /* 1.0, 1.1 and 1.2 require the same members */
+  (void)minor; /* 1.0 to 1.3 require the same members */
   size_t n;
   const member *m = required_members(kind, &n);
   if (m == NULL) return sizeof(lamp_plugin);
@@ -237,6 +239,29 @@ static lamp_status check_param(const char *path, const lamp_plugin *d, uint32_t 
   return LAMP_OK;
 }
 
+/* ABI 1.3: a communicator's stream-ordered calls work only together (comm.h). */
+static lamp_status check_comm_groups(const char *path, const lamp_plugin *d) {
+  if (d->kind != LAMP_KIND_COMM) return LAMP_OK;
+  static const member stream_ordered[] = {MEMBER(lamp_comm_v1, all_reduce_enqueue), MEMBER(lamp_comm_v1, wait_stream),
+                                          MEMBER(lamp_comm_v1, poll)};
+  int present = 0;
+  char missing[96] = "";
+  for (size_t i = 0; i < COUNT(stream_ordered); i++) {
+    size_t end = stream_ordered[i].offset + sizeof(void (*)(void));
+    if (end <= d->struct_size && !function_is_null(d, stream_ordered[i].offset)) {
+      present++;
+    } else {
+      size_t used = strlen(missing);
+      snprintf(missing + used, sizeof missing - used, "%s'%s'", used ? ", " : "", stream_ordered[i].name);
+    }
+  }
+  if (present == 0 || present == (int)COUNT(stream_ordered)) return LAMP_OK;
+  return lamp_error(LAMP_ERR_INVALID_USAGE,
+                    "%s: has some of the stream-ordered calls but not %s: all_reduce_enqueue, wait_stream and poll "
+                    "come together",
+                    path, missing);
+}
+
 static lamp_status check_params(const char *path, const lamp_plugin *d) {
   if (d->n_params > 0 && d->params == NULL)
     return lamp_error(LAMP_ERR_INVALID_USAGE, "%s: declares %u params but 'params' is NULL", path,
@@ -253,6 +278,7 @@ static lamp_status check_descriptor(const char *path, const lamp_plugin *d, lamp
   if (st == LAMP_OK) st = check_abi(path, d);
   if (st == LAMP_OK) st = check_size(path, d);
   if (st == LAMP_OK) st = check_members(path, d);
+  if (st == LAMP_OK) st = check_comm_groups(path, d);
   if (st == LAMP_OK) st = check_params(path, d);
   return st;
 }

@@ -35,7 +35,7 @@ const char *lamp_plugin_dir(void);
 
 /*
 ** Resolves, dlopens and validates. Logs one info line on first load:
-** "comm: single 1.0 (ABI 1.1) from /path/single.so". Errors carry the exact messages of the
+** "comm: single 1.0 (ABI 1.3) from /path/single.so". Errors carry the exact messages of the
 ** validation order, each naming the path.
 */
 lamp_status lamp_plugin_load(lamp_kind kind, const char *name_or_path, const lamp_plugin_handle **out);

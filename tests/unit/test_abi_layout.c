@@ -2,7 +2,7 @@
 ** The append-only rule's guard: the offset and size of every member of every public struct,
 ** and the value of every public constant, pinned for x86-64 (LP64). A failure here means a
 ** change broke plugins built against an earlier 1.x: append members at the end instead (and
-** pin them here), or bump LAMP_ABI_MAJOR. Members added in 1.1 and 1.2 are marked.
+** pin them here), or bump LAMP_ABI_MAJOR. Members added in 1.1, 1.2 and 1.3 are marked.
 */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -22,7 +22,7 @@
 static void test_constants(void **state) {
   (void)state;
   assert_int_equal(LAMP_ABI_MAJOR, 1);
-  assert_int_equal(LAMP_ABI_MINOR, 2);
+  assert_int_equal(LAMP_ABI_MINOR, 3);
   assert_int_equal(LAMP_OPTIM_CAP_WEIGHTS_OUT, 1);
   assert_int_equal(LAMP_PLUGIN_MAGIC, 0x504d414c);
   assert_string_equal(LAMP_ENTRY_SYMBOL, "lamp_plugin_entry_v1");
@@ -167,7 +167,26 @@ static void test_comm(void **state) {
   FIELD(lamp_comm_v1, wait, 136, 8);
   FIELD(lamp_comm_v1, all_gather, 144, 8);
   FIELD(lamp_comm_v1, reduce_scatter, 152, 8);
-  assert_int_equal(sizeof(lamp_comm_v1), 160);
+  FIELD(lamp_comm_v1, create_with_bootstrap, 160, 8); /* 1.3 */
+  FIELD(lamp_comm_v1, all_reduce_enqueue, 168, 8);    /* 1.3 */
+  FIELD(lamp_comm_v1, wait_stream, 176, 8);           /* 1.3 */
+  FIELD(lamp_comm_v1, poll, 184, 8);                  /* 1.3 */
+  assert_int_equal(sizeof(lamp_comm_v1), 192);
+}
+
+/* 1.3: the core's bootstrap, lent to create_with_bootstrap; it grows at the end too. */
+static void test_bootstrap(void **state) {
+  (void)state;
+  FIELD(lamp_bootstrap, struct_size, 0, 4);
+  FIELD(lamp_bootstrap, rank, 4, 4);
+  FIELD(lamp_bootstrap, size, 8, 4);
+  FIELD(lamp_bootstrap, local_rank, 12, 4);
+  FIELD(lamp_bootstrap, local_size, 16, 4);
+  FIELD(lamp_bootstrap, impl, 24, 8);
+  FIELD(lamp_bootstrap, broadcast, 32, 8);
+  FIELD(lamp_bootstrap, all_gather, 40, 8);
+  FIELD(lamp_bootstrap, barrier, 48, 8);
+  assert_int_equal(sizeof(lamp_bootstrap), 56);
 }
 
 static void test_optim(void **state) {
@@ -213,7 +232,7 @@ int main(void) {
       cmocka_unit_test(test_constants),     cmocka_unit_test(test_param),
       cmocka_unit_test(test_plugin_header), cmocka_unit_test(test_host),
       cmocka_unit_test(test_precision),     cmocka_unit_test(test_comm),
-      cmocka_unit_test(test_optim),
+      cmocka_unit_test(test_bootstrap),     cmocka_unit_test(test_optim),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

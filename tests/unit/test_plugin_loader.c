@@ -355,7 +355,7 @@ static void test_newer_core_entry(void **state) {
   const lamp_plugin_handle *h = NULL;
   assert_error(lamp_plugin_load(LAMP_KIND_PRECISION, BAD("v2only"), &h), LAMP_ERR_INVALID_USAGE,
                BAD("v2only") ": built for a newer core: exports lamp_plugin_entry_v2, this core "
-                             "(ABI 1.2) needs lamp_plugin_entry_v1");
+                             "(ABI 1.3) needs lamp_plugin_entry_v1");
 }
 
 static void test_entry_refuses(void **state) {
@@ -396,7 +396,7 @@ static void test_struct_too_small(void **state) {
   (void)state;
   const lamp_plugin_handle *h = NULL;
   assert_error(lamp_plugin_load(LAMP_KIND_PRECISION, BAD("small"), &h), LAMP_ERR_INVALID_USAGE,
-               BAD("small") ": table is 40 bytes, ABI 1.2 precision plugins need at least %zu",
+               BAD("small") ": table is 40 bytes, ABI 1.3 precision plugins need at least %zu",
                offsetof(lamp_precision_v1, save_state));
   assert_int_equal(lamp_plugin_required_size(LAMP_KIND_PRECISION, 0), 120);
   assert_int_equal(lamp_plugin_required_size(LAMP_KIND_COMM, 0), 128);
@@ -407,6 +407,8 @@ static void test_struct_too_small(void **state) {
   assert_int_equal(lamp_plugin_required_size(LAMP_KIND_OPTIM, 1), 104);
   /* ABI 1.2 added an optional one (lamp_optim_v1.caps): still the same prefixes. */
   assert_int_equal(lamp_plugin_required_size(LAMP_KIND_OPTIM, 2), 104);
+  /* ABI 1.3 added optional comm members (the bootstrap, the stream-ordered calls): the same. */
+  assert_int_equal(lamp_plugin_required_size(LAMP_KIND_COMM, 3), 128);
 }
 
 static void test_required_function_null(void **state) {
@@ -414,6 +416,15 @@ static void test_required_function_null(void **state) {
   const lamp_plugin_handle *h = NULL;
   assert_error(lamp_plugin_load(LAMP_KIND_OPTIM, BAD("nofn"), &h), LAMP_ERR_INVALID_USAGE,
                BAD("nofn") ": required function 'create' is NULL");
+}
+
+/* ABI 1.3: all_reduce_enqueue, wait_stream and poll come as three or not at all. */
+static void test_stream_ordered_calls_together(void **state) {
+  (void)state;
+  const lamp_plugin_handle *h = NULL;
+  assert_error(lamp_plugin_load(LAMP_KIND_COMM, BAD("halfstream"), &h), LAMP_ERR_INVALID_USAGE,
+               BAD("halfstream") ": has some of the stream-ordered calls but not 'wait_stream', 'poll': "
+                                 "all_reduce_enqueue, wait_stream and poll come together");
 }
 
 static void test_create_fails(void **state) {
@@ -569,7 +580,7 @@ static void test_info_line_once(void **state) {
   make_dir(TMP "/info", 0755);
   copy_file(BUILT("comm", "single"), TMP "/info/single.so", 0644);
   char line[PATH_MAX + 64];
-  snprintf(line, sizeof line, "comm: single 1.0 (ABI 1.2) from %s", real(TMP "/info/single.so"));
+  snprintf(line, sizeof line, "comm: single 1.0 (ABI 1.3) from %s", real(TMP "/info/single.so"));
   capture_start();
   const lamp_plugin_handle *h = NULL;
   assert_int_equal(lamp_plugin_load(LAMP_KIND_COMM, TMP "/info/single.so", &h), LAMP_OK);
@@ -736,6 +747,7 @@ int main(int argc, char **argv) {
       T(test_abi_major),
       T(test_struct_too_small),
       T(test_required_function_null),
+      T(test_stream_ordered_calls_together),
       T(test_create_fails),
       T(test_minor_versions_accepted),
       T(test_abi_1_0_plugin_runs),

@@ -26,6 +26,8 @@
 ** synchronize) and lamp_optim_step.stream. No family table gained a member.
 ** ABI 1.2 added lamp_optim_step.weights_out and weights_out_dtype (the fused 16-bit weight
 ** refresh) and lamp_optim_v1.caps, which says whether the plugin writes them.
+** ABI 1.3 added the communicator's bootstrap (lamp_bootstrap, create_with_bootstrap) and its
+** stream-ordered collectives (all_reduce_enqueue, wait_stream, poll) at the end of lamp_comm_v1.
 */
 #ifndef LAMP_ABI_H
 #define LAMP_ABI_H
@@ -39,7 +41,7 @@ extern "C" {
 #endif
 
 #define LAMP_ABI_MAJOR 1
-#define LAMP_ABI_MINOR 2
+#define LAMP_ABI_MINOR 3
 
 /* 'L' 'A' 'M' 'P' read as a little-endian uint32. */
 #define LAMP_PLUGIN_MAGIC 0x504d414cu
