@@ -31,7 +31,8 @@
 ** communicator for GPU runs): the MPI library is not assumed CUDA-aware, so a cuda buffer is
 ** copied into a host buffer (host->copy, which waits for the work queued before it), the MPI
 ** call runs on that, and the result is copied back; all_reduce_start copies in and wait copies
-** back, each request with a host buffer of its own.
+** back, each request with a host buffer of its own, kept after its wait for a later request (the
+** trainer's buckets come back with the same sizes every step).
 **
 ** MPI is initialised by the first create if nobody did it before, and finalised when the
 ** last communicator this plugin created is destroyed (MPI cannot be initialised twice in one
@@ -55,6 +56,7 @@
 #define DEFAULT_TIMEOUT 300.0
 #define HEARTBEAT_TAG 7177
 #define REQUEST_MAGIC 0x6d706972u /* "mpir" */
+#define SPARES 64                 /* request buffers kept: more buckets than that are rare */
 
 typedef struct mpi_comm {
   const lamp_host *host;
@@ -68,6 +70,10 @@ typedef struct mpi_comm {
   char broken_why[512];
   void *staging;   /* host copy of the cuda buffers of blocking calls (host->alloc) */
   size_t staging_bytes;
+  struct spare {   /* the host buffers of requests waited for, for the next ones */
+    void *ptr;
+    size_t bytes;
+  } spares[SPARES];
 } mpi_comm;
 
 struct lamp_request {
@@ -77,7 +83,7 @@ struct lamp_request {
   const char *op;
   void *device_buf; /* a cuda buffer: copied back from staging once the reduction is done */
   void *staging;
-  size_t bytes;
+  size_t bytes, staging_bytes;
 };
 
 /* Staging is said once per process, at the first cuda buffer. */
@@ -243,6 +249,8 @@ static void mpi_destroy(void *comm) {
   MPI_Comm_free(&m->comm);
   finalise_if_last(m->host);
   if (m->staging != NULL) m->host->free(m->staging);
+  for (int i = 0; i < SPARES; i++)
+    if (m->spares[i].ptr != NULL) m->host->free(m->spares[i].ptr);
   free(m);
 }
 
@@ -557,6 +565,34 @@ static lamp_status staging_for(mpi_comm *m, const char *op, size_t bytes, void *
   return LAMP_OK;
 }
 
+/* A request's host buffer of at least `bytes`: the smallest spare that fits, else a new one. */
+static void *take_spare(mpi_comm *m, size_t bytes, size_t *got) {
+  int best = -1;
+  for (int i = 0; i < SPARES; i++)
+    if (m->spares[i].ptr != NULL && m->spares[i].bytes >= bytes &&
+        (best < 0 || m->spares[i].bytes < m->spares[best].bytes))
+      best = i;
+  if (best < 0) {
+    *got = bytes;
+    return m->host->alloc(LAMP_CPU, LAMP_MEM_WORKSPACE, bytes);
+  }
+  void *p = m->spares[best].ptr;
+  *got = m->spares[best].bytes;
+  m->spares[best].ptr = NULL;
+  return p;
+}
+
+/* Kept for a later request where a slot is free, else handed back. */
+static void keep_spare(mpi_comm *m, void *ptr, size_t bytes) {
+  for (int i = 0; i < SPARES; i++)
+    if (m->spares[i].ptr == NULL) {
+      m->spares[i].ptr = ptr;
+      m->spares[i].bytes = bytes;
+      return;
+    }
+  m->host->free(ptr);
+}
+
 /* The core's message does not reach the plugin: the copy is named here, with its status. */
 static lamp_status copy_between(mpi_comm *m, const char *op, void *dst, lamp_device dst_device, const void *src,
                                 lamp_device src_device, size_t bytes) {
@@ -616,13 +652,13 @@ static lamp_status mpi_all_reduce_start(void *comm, void *buf, size_t count, lam
     say_staging(m);
     r->device_buf = buf;
     r->bytes = count * dtype_bytes(dtype);
-    data = r->staging = m->host->alloc(LAMP_CPU, LAMP_MEM_WORKSPACE, r->bytes ? r->bytes : 1);
+    data = r->staging = take_spare(m, r->bytes ? r->bytes : 1, &r->staging_bytes);
     st = data == NULL ? m->host->set_error(m->ctx, LAMP_ERR_SYSTEM,
                                            "all_reduce_start: out of host memory staging %zu bytes of cuda buffers",
                                            r->bytes)
                       : copy_between(m, "all_reduce_start", data, LAMP_CPU, buf, LAMP_CUDA, r->bytes);
     if (st != LAMP_OK) {
-      if (r->staging != NULL) m->host->free(r->staging);
+      if (r->staging != NULL) keep_spare(m, r->staging, r->staging_bytes);
       free(r);
       return st;
     }
@@ -630,7 +666,7 @@ static lamp_status mpi_all_reduce_start(void *comm, void *buf, size_t count, lam
   r->seq = ++m->seq;
   int rc = MPI_Iallreduce(MPI_IN_PLACE, data, (int)count, datatype_of(dtype), mop, m->comm, &r->req);
   if (rc != MPI_SUCCESS) {
-    if (r->staging != NULL) m->host->free(r->staging);
+    if (r->staging != NULL) keep_spare(m, r->staging, r->staging_bytes);
     free(r);
     m->broken = 1;
     snprintf(m->broken_why, sizeof m->broken_why, "all_reduce_start could not start");
@@ -654,7 +690,7 @@ static lamp_status mpi_wait(void *comm, lamp_request *req) {
   if (st != LAMP_OK) return st; /* MPI keeps the request and its buffer */
   if (req->device_buf != NULL)
     st = copy_between(m, "wait", req->device_buf, LAMP_CUDA, req->staging, LAMP_CPU, req->bytes);
-  if (req->staging != NULL) m->host->free(req->staging);
+  if (req->staging != NULL) keep_spare(m, req->staging, req->staging_bytes);
   req->magic = 0;
   free(req);
   return st;

@@ -6,12 +6,15 @@
 ** reach only through host->copy. Checked, on two ranks:
 **   - all_reduce, broadcast, all_gather, reduce_scatter on "cuda" give the cpu results, with
 **     one copy in and one copy out each;
-**   - all_reduce_start copies in at once and back only in wait (two requests in flight);
+**   - all_reduce_start copies in at once and back only in wait (two requests in flight), and a
+**     later round of the same sizes reuses the requests' host buffers;
 **   - cpu buffers are not copied; the staging is said once, at info level;
+**   - under a core without host->copy (ABI 1.0) a cuda buffer is refused, saying why;
 **   - every host buffer the plugin took is handed back by destroy.
 */
 #include <dlfcn.h>
 #include <stdarg.h>
+#include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -139,6 +142,32 @@ static void test_start_and_wait(int rank) {
   int bad = 0;
   for (int i = 0; i < N; i++) bad += a[i] != 1.0f || b[i] != (float)(10 + 2 * i);
   CHECK(bad == 0, "start/wait on cuda: %d wrong", bad);
+  /* The next step's buckets: same sizes, the same host buffers. */
+  int allocs = fake.allocs;
+  PLUGIN_OK(t->all_reduce_start(comm, a, N, LAMP_F32, LAMP_REDUCE_SUM, LAMP_CUDA, &ra));
+  PLUGIN_OK(t->all_reduce_start(comm, b, N / 2, LAMP_F32, LAMP_REDUCE_SUM, LAMP_CUDA, &rb));
+  PLUGIN_OK(t->wait(comm, ra));
+  PLUGIN_OK(t->wait(comm, rb));
+  reset_copies();
+  CHECK(fake.allocs == allocs, "a second round allocated %d host buffers", fake.allocs - allocs);
+  CHECK(a[5] == 2.0f && b[5] == (float)(20 + 4 * 5) && b[N - 1] == (float)(10 + 2 * (N - 1)),
+        "second round: a[5] = %g, b[5] = %g", (double)a[5], (double)b[5]);
+}
+
+/* A core of ABI 1.0 has no host->copy: cuda buffers are refused, naming the reason. */
+static void test_old_core(void) {
+  lamp_host old = host;
+  old.struct_size = (uint32_t)offsetof(lamp_host, device_count);
+  old.abi_minor = 0;
+  const double params[] = {120.0};
+  void *c = NULL;
+  PLUGIN_OK(t->create(&old, NULL, params, &c));
+  float x[4] = {1, 2, 3, 4};
+  lamp_status st = t->all_reduce(c, x, 4, LAMP_F32, LAMP_REDUCE_SUM, LAMP_CUDA);
+  CHECK(st == LAMP_ERR_UNSUPPORTED, "cuda buffer under a 1.0 core: status %d", (int)st);
+  CHECK(strcmp(fake.error, "all_reduce: cuda buffers need a core with host->copy (ABI 1.1); this one is 1.0") == 0,
+        "message: %s", fake.error);
+  t->destroy(c);
 }
 
 static void test_broadcast(int rank) {
@@ -191,6 +220,7 @@ int main(void) {
   test_start_and_wait(rank);
   test_broadcast(rank);
   test_all_gather_and_reduce_scatter(rank, size);
+  test_old_core();
   CHECK(fake.staging_lines == 1, "the staging was said %d times at info level, expected once", fake.staging_lines);
   /* The verdict over both ranks, through the plugin on the cpu. */
   float counts[2] = {(float)checks_passed, (float)checks_failed};
