@@ -478,10 +478,23 @@ lamp_status lamp_comm_wait(lamp_comm *c, lamp_request *req) {
   return PLUGIN_CALL(&c->in, "wait", c->t->wait(c->in.state, req));
 }
 
-/* Stream-ordered calls reach only a plugin that declares the device: the host view would have
-   to wait for the device, which is what they exist to avoid. */
-static lamp_status declared_for(const lamp_comm *c, const char *what, lamp_device device) {
+/*
+** Where a stream-ordered call's buffer is for the plugin: as it is on a device the plugin declares;
+** on a device whose memory a CPU plugin reaches through the host view (the simulated device), the
+** view, told LAMP_CPU, and without a synchronisation, because the plugin's work is queued on the
+** device's stream behind the work that wrote the buffer. Anything else is refused: a host view
+** would need the host to wait for the device, which these calls exist to avoid.
+*/
+static lamp_status stream_buffer(const lamp_comm *c, const char *what, lamp_device device, void **buf,
+                                 lamp_device *told) {
+  *told = device;
   if (declares(c->in.handle, device)) return LAMP_OK;
+  void *view = declares(c->in.handle, LAMP_CPU) && *buf != NULL ? lamp_device_host_view(device, *buf) : NULL;
+  if (view != NULL) {
+    *buf = view;
+    *told = LAMP_CPU;
+    return LAMP_OK;
+  }
   char list[64];
   device_list(declared_devices(c->in.handle->desc), list, sizeof list);
   return lamp_error(LAMP_ERR_UNSUPPORTED, "%s: %s on %s needs a plugin that declares %s (its devices: %s)",
@@ -492,10 +505,11 @@ lamp_status lamp_comm_all_reduce_enqueue(lamp_comm *c, void *buf, size_t count, 
                                          lamp_reduce_op op, lamp_device device, void *stream,
                                          lamp_request **req) {
   if (!lamp_comm_supports(c, "all_reduce_enqueue")) return unsupported(&c->in, "all_reduce_enqueue");
-  lamp_status st = declared_for(c, "all_reduce_enqueue", device);
+  lamp_device told;
+  lamp_status st = stream_buffer(c, "all_reduce_enqueue", device, &buf, &told);
   if (st != LAMP_OK) return st;
   return PLUGIN_CALL(&c->in, "all_reduce_enqueue",
-                     c->t->all_reduce_enqueue(c->in.state, buf, count, dtype, op, device, stream, req));
+                     c->t->all_reduce_enqueue(c->in.state, buf, count, dtype, op, told, stream, req));
 }
 
 lamp_status lamp_comm_wait_stream(lamp_comm *c, lamp_request *req, void *stream) {

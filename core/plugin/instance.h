@@ -85,8 +85,10 @@ lamp_status lamp_comm_barrier(lamp_comm *c);
 **
 ** The stream-ordered calls (comm.h) pass `stream` through: the device's queue the all-reduce
 ** follows (lamp_device_stream(device)) and the one wait_stream makes wait. all_reduce_enqueue
-** refuses a device the plugin does not declare ("x: all_reduce_enqueue on cuda needs a plugin
-** that declares cuda (its devices: cpu)"): no host view, which would wait for the device. poll
+** hands a CPU plugin the host view of a device's buffer without waiting (the simulated device:
+** the plugin's work is queued behind the work that wrote it) and refuses any other device the
+** plugin does not declare ("x: all_reduce_enqueue on cuda needs a plugin that declares cuda (its
+** devices: cpu)"), because a host view would have to wait for the device. poll
 ** never blocks; after a failed collective it fails every time with the plugin's message.
 **
 ** A communicator with create_with_bootstrap (ABI 1.3) is created with the run's bootstrap

@@ -32,6 +32,7 @@ lamp_status lamp_grad_buckets_init(lamp_grad_buckets *b, const lamp_model *model
     return lamp_error(LAMP_ERR_UNSUPPORTED, "Trainer: compress = %s needs a communicator with all_gather; %s has none",
                       lamp_dtype_name(compress), lamp_comm_handle(comm)->desc->name);
   b->nonblocking = compress == LAMP_F32 && lamp_comm_supports(comm, "all_reduce_start");
+  if (compress == LAMP_F32 && lamp_comm_supports(comm, "all_reduce_enqueue")) b->stream = lamp_device_stream(device);
   size_t params = lamp_model_n_params(model);
   b->buckets = calloc(params ? params : 1, sizeof *b->buckets);
   if (b->buckets == NULL) return lamp_error(LAMP_ERR_SYSTEM, "Trainer: out of memory for gradient buckets");
@@ -99,7 +100,10 @@ static void start_bucket(lamp_grad_buckets *b, lamp_grad_bucket *k) {
     note_failure(b, reduce_compressed(b, data, k->count));
     return;
   }
-  if (b->nonblocking)
+  if (b->stream != NULL)
+    note_failure(b, lamp_comm_all_reduce_enqueue(b->comm, data, k->count, LAMP_F32, LAMP_REDUCE_SUM, b->device,
+                                                 b->stream, &k->request));
+  else if (b->nonblocking)
     note_failure(b, lamp_comm_all_reduce_start(b->comm, data, k->count, LAMP_F32, LAMP_REDUCE_SUM, b->device,
                                                &k->request));
   else
@@ -120,9 +124,16 @@ lamp_status lamp_grad_buckets_finish(lamp_grad_buckets *b) {
   for (size_t i = 0; i < b->n; i++) {
     lamp_grad_bucket *k = &b->buckets[i];
     if (k->request == NULL) continue;
-    note_failure(b, lamp_comm_wait(b->comm, k->request));
+    if (b->stream != NULL) note_failure(b, lamp_comm_wait_stream(b->comm, k->request, b->stream));
+    else note_failure(b, lamp_comm_wait(b->comm, k->request));
     k->request = NULL;
   }
+  /* A collective that failed already says so now; one failing later, at confirm. */
+  if (b->stream != NULL && b->status == LAMP_OK) note_failure(b, lamp_comm_poll(b->comm));
   if (b->status != LAMP_OK) lamp_error(b->status, "%s", b->message);
   return b->status;
+}
+
+lamp_status lamp_grad_buckets_confirm(lamp_grad_buckets *b) {
+  return b->stream != NULL ? lamp_comm_poll(b->comm) : LAMP_OK;
 }

@@ -3,6 +3,13 @@
 ** bucket_bytes each (DDP's bucket_cap_mb). The backward pass finishes parameters last layer
 ** first; as soon as every parameter of a bucket is final its all-reduce starts (non-blocking
 ** where the communicator has it), so communication overlaps the rest of the backward pass.
+**
+** On a device whose work is queued (a stream: cuda, the simulated device), with a communicator
+** that orders collectives on it (all_reduce_enqueue), "starts" means "is queued": right after the
+** bucket's backward kernels, so it runs while the rest of backward computes. finish then makes
+** the stream wait for every bucket and polls for failures, never blocking the host; the
+** collectives' outcome is known for sure once the host has waited for the stream (the step's
+** report), and lamp_grad_buckets_confirm asks then.
 */
 #ifndef LAMP_TRAIN_GRAD_BUCKETS_H
 #define LAMP_TRAIN_GRAD_BUCKETS_H
@@ -27,6 +34,7 @@ typedef struct lamp_grad_buckets {
   size_t n;
   size_t next;               /* the next bucket to start */
   int nonblocking;           /* the communicator has all_reduce_start/wait */
+  void *stream;              /* the device's queue, where the communicator orders its all-reduces; else NULL */
   lamp_status status;        /* the first failure of this step */
   char message[512];         /* and its message, restored into lamp_last_error by finish */
   size_t started_early;      /* buckets started while layers were still running backward */
@@ -49,7 +57,12 @@ void lamp_grad_buckets_begin(lamp_grad_buckets *b, float *grads);
 /* The model's grads_ready callback: parameters first_param.. are final. */
 void lamp_grad_buckets_ready(void *ctx, size_t first_param);
 
-/* After the backward: starts what is left, waits for every bucket, returns the first error. */
+/* After the backward: starts what is left, waits for every bucket (on the stream: queues the
+   waits), returns the first error. */
 lamp_status lamp_grad_buckets_finish(lamp_grad_buckets *b);
+
+/* After the host has waited for the stream past a step's buckets: whether their collectives
+   failed meanwhile (the communicator's poll). LAMP_OK at once off the stream. */
+lamp_status lamp_grad_buckets_confirm(lamp_grad_buckets *b);
 
 #endif

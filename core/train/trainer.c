@@ -385,7 +385,8 @@ static lamp_status forward_backward(lamp_trainer *t, const lamp_tensor *x, const
                                              loss_slot(t, t->micro), t->dlogits, NULL);
   if (st != LAMP_OK) return st;
   /* The first micro-step writes the gradients afresh: no zeroing pass over the slab. On the
-     last one, with several ranks, each bucket's all-reduce starts as backward completes it. */
+     last one, with several ranks, each bucket's all-reduce starts (on a stream: is queued) as
+     backward completes it. */
   if (t->micro + 1 < t->config.accum || t->stats.world == 1)
     return lamp_model_backward_ex(t->model, t->dlogits, t->micro == 0, NULL, NULL);
   lamp_grad_buckets_begin(&t->buckets, lamp_tensor_data(lamp_model_grads(t->model)));
@@ -508,6 +509,9 @@ static lamp_status check_skip_limit(const lamp_trainer *t, double scale) {
 
 static lamp_status finish_accumulation_group(lamp_trainer *t, double scale) {
   lamp_status st = read_report(t);
+  /* The report's copy waited for the stream past the buckets' collectives: one that failed (a
+     timeout, a peer gone) says so now, before its gradients are used. */
+  if (st == LAMP_OK && t->stats.world > 1) st = lamp_grad_buckets_confirm(&t->buckets);
   if (st == LAMP_OK) st = check_losses(t);
   if (st != LAMP_OK) return st;
   int found_inf = t->report_host->found_inf != 0, skip = 0;

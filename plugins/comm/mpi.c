@@ -24,8 +24,15 @@
 **
 ** Dtypes: all_reduce and reduce_scatter take f32 and i32 (SUM, MAX, MIN); f16 and bf16
 ** reductions are refused (LAMP_ERR_UNSUPPORTED: reduce in fp32, as the trainer does), u8 too.
-** broadcast and all_gather move any dtype. Only cpu buffers: the MPI library is not assumed
-** CUDA-aware. Counts are limited to INT_MAX elements per call (MPI's int counts).
+** broadcast and all_gather move any dtype. Counts are limited to INT_MAX elements per call
+** (MPI's int counts).
+**
+** Buffers on the cpu, or on cuda through host memory (slow, said once at info level; nccl is the
+** communicator for GPU runs): the MPI library is not assumed CUDA-aware, so a cuda buffer is
+** copied into a host buffer (host->copy, which waits for the work queued before it), the MPI
+** call runs on that, and the result is copied back; all_reduce_start copies in and wait copies
+** back, each request with a host buffer of its own, kept after its wait for a later request (the
+** trainer's buckets come back with the same sizes every step).
 **
 ** MPI is initialised by the first create if nobody did it before, and finalised when the
 ** last communicator this plugin created is destroyed (MPI cannot be initialised twice in one
@@ -49,6 +56,7 @@
 #define DEFAULT_TIMEOUT 300.0
 #define HEARTBEAT_TAG 7177
 #define REQUEST_MAGIC 0x6d706972u /* "mpir" */
+#define SPARES 64                 /* request buffers kept: more buckets than that are rare */
 
 typedef struct mpi_comm {
   const lamp_host *host;
@@ -60,6 +68,12 @@ typedef struct mpi_comm {
   int64_t seq;     /* collectives started so far; #seq is the latest */
   int broken;      /* a collective failed: nothing further is attempted */
   char broken_why[512];
+  void *staging;   /* host copy of the cuda buffers of blocking calls (host->alloc) */
+  size_t staging_bytes;
+  struct spare {   /* the host buffers of requests waited for, for the next ones */
+    void *ptr;
+    size_t bytes;
+  } spares[SPARES];
 } mpi_comm;
 
 struct lamp_request {
@@ -67,7 +81,13 @@ struct lamp_request {
   MPI_Request req;
   int64_t seq;
   const char *op;
+  void *device_buf; /* a cuda buffer: copied back from staging once the reduction is done */
+  void *staging;
+  size_t bytes, staging_bytes;
 };
+
+/* Staging is said once per process, at the first cuda buffer. */
+static int said_staging;
 
 /* Communicators alive, and whether the first of them initialised MPI (then the last one to
    go finalises it). Creates and destroys are rare; the plugin is never unloaded mid-run. */
@@ -228,6 +248,9 @@ static void mpi_destroy(void *comm) {
   MPI_Comm_free(&m->hb);
   MPI_Comm_free(&m->comm);
   finalise_if_last(m->host);
+  if (m->staging != NULL) m->host->free(m->staging);
+  for (int i = 0; i < SPARES; i++)
+    if (m->spares[i].ptr != NULL) m->host->free(m->spares[i].ptr);
   free(m);
 }
 
@@ -479,9 +502,13 @@ static lamp_status check_buffer(mpi_comm *m, const char *op, const void *buf, si
   if ((unsigned)device >= LAMP_DEVICE_COUNT)
     return m->host->set_error(m->ctx, LAMP_ERR_INVALID_ARG, "%s: unknown device %d", op,
                               (int)device);
-  if (device != LAMP_CPU)
+  if (device != LAMP_CPU && device != LAMP_CUDA)
+    return m->host->set_error(m->ctx, LAMP_ERR_UNSUPPORTED, "%s: cpu and cuda buffers only, got device %d",
+                              op, (int)device);
+  if (device == LAMP_CUDA && !LAMP_HOST_HAS(m->host, copy))
     return m->host->set_error(m->ctx, LAMP_ERR_UNSUPPORTED,
-                              "%s: cpu buffers only (use the nccl communicator for cuda)", op);
+                              "%s: cuda buffers need a core with host->copy (ABI 1.1); this one is %u.%u", op,
+                              (unsigned)m->host->abi_major, (unsigned)m->host->abi_minor);
   if (buf == NULL && count > 0)
     return m->host->set_error(m->ctx, LAMP_ERR_INVALID_ARG, "%s: NULL buffer for %zu elements", op,
                               count);
@@ -507,6 +534,89 @@ static lamp_status check_reduction(mpi_comm *m, const char *op, lamp_dtype dtype
                             "%s: %s reductions are not supported (f32 and i32 only; reduce 16-bit "
                             "values in an f32 buffer)",
                             op, dtype_name(dtype));
+}
+
+/* }====================================================== */
+
+/* {====================================================== cuda buffers, through host memory */
+
+static size_t dtype_bytes(lamp_dtype dtype) {
+  return dtype == LAMP_U8 ? 1u : (dtype == LAMP_F16 || dtype == LAMP_BF16) ? 2u : 4u;
+}
+
+static void say_staging(const mpi_comm *m) {
+  if (said_staging) return;
+  said_staging = 1;
+  m->host->log(LAMP_LOG_INFO, WHO, "cuda buffers are staged through host memory (slow); use nccl for GPU runs");
+}
+
+/* The kept host buffer of the blocking calls, at least `bytes` long. */
+static lamp_status staging_for(mpi_comm *m, const char *op, size_t bytes, void **out) {
+  say_staging(m);
+  if (bytes > m->staging_bytes) {
+    if (m->staging != NULL) m->host->free(m->staging);
+    m->staging = m->host->alloc(LAMP_CPU, LAMP_MEM_WORKSPACE, bytes);
+    m->staging_bytes = m->staging != NULL ? bytes : 0;
+    if (m->staging == NULL)
+      return m->host->set_error(m->ctx, LAMP_ERR_SYSTEM, "%s: out of host memory staging %zu bytes of cuda buffers",
+                                op, bytes);
+  }
+  *out = m->staging;
+  return LAMP_OK;
+}
+
+/* A request's host buffer of at least `bytes`: the smallest spare that fits, else a new one. */
+static void *take_spare(mpi_comm *m, size_t bytes, size_t *got) {
+  int best = -1;
+  for (int i = 0; i < SPARES; i++)
+    if (m->spares[i].ptr != NULL && m->spares[i].bytes >= bytes &&
+        (best < 0 || m->spares[i].bytes < m->spares[best].bytes))
+      best = i;
+  if (best < 0) {
+    *got = bytes;
+    return m->host->alloc(LAMP_CPU, LAMP_MEM_WORKSPACE, bytes);
+  }
+  void *p = m->spares[best].ptr;
+  *got = m->spares[best].bytes;
+  m->spares[best].ptr = NULL;
+  return p;
+}
+
+/* Kept for a later request where a slot is free, else handed back. */
+static void keep_spare(mpi_comm *m, void *ptr, size_t bytes) {
+  for (int i = 0; i < SPARES; i++)
+    if (m->spares[i].ptr == NULL) {
+      m->spares[i].ptr = ptr;
+      m->spares[i].bytes = bytes;
+      return;
+    }
+  m->host->free(ptr);
+}
+
+/* The core's message does not reach the plugin: the copy is named here, with its status. */
+static lamp_status copy_between(mpi_comm *m, const char *op, void *dst, lamp_device dst_device, const void *src,
+                                lamp_device src_device, size_t bytes) {
+  if (bytes == 0) return LAMP_OK;
+  lamp_status st = m->host->copy(dst, dst_device, src, src_device, bytes);
+  if (st == LAMP_OK) return LAMP_OK;
+  return m->host->set_error(m->ctx, st, "%s: staging %zu bytes %s host memory failed (status %d)", op, bytes,
+                            dst_device == LAMP_CPU ? "from cuda into" : "from", (int)st);
+}
+
+/* *data: buf itself on the cpu; on cuda the staging buffer, holding buf's `bytes`. */
+static lamp_status stage_in(mpi_comm *m, const char *op, lamp_device device, const void *buf, size_t bytes,
+                            size_t staged_bytes, void **data) {
+  *data = (void *)(uintptr_t)buf;
+  if (device != LAMP_CUDA) return LAMP_OK;
+  lamp_status st = staging_for(m, op, staged_bytes, data);
+  return st == LAMP_OK ? copy_between(m, op, *data, LAMP_CPU, buf, LAMP_CUDA, bytes) : st;
+}
+
+/* The result back into the cuda buffer, after a call that succeeded. */
+static lamp_status stage_out(mpi_comm *m, const char *op, lamp_device device, void *buf, const void *data,
+                             size_t bytes, lamp_status st) {
+  if (st != LAMP_OK || device != LAMP_CUDA) return st;
+  return copy_between(m, op, buf, LAMP_CUDA, data, LAMP_CPU, bytes);
 }
 
 /* A started operation's MPI return code: on success, wait for it. */
@@ -536,10 +646,27 @@ static lamp_status mpi_all_reduce_start(void *comm, void *buf, size_t count, lam
   lamp_request *r = calloc(1, sizeof *r);
   if (r == NULL) return m->host->set_error(m->ctx, LAMP_ERR_SYSTEM, "out of memory");
   r->magic = REQUEST_MAGIC;
-  r->seq = ++m->seq;
   r->op = "all_reduce";
-  int rc = MPI_Iallreduce(MPI_IN_PLACE, buf, (int)count, datatype_of(dtype), mop, m->comm, &r->req);
+  void *data = buf;
+  if (device == LAMP_CUDA) { /* a buffer of its own: several requests may be in flight */
+    say_staging(m);
+    r->device_buf = buf;
+    r->bytes = count * dtype_bytes(dtype);
+    data = r->staging = take_spare(m, r->bytes ? r->bytes : 1, &r->staging_bytes);
+    st = data == NULL ? m->host->set_error(m->ctx, LAMP_ERR_SYSTEM,
+                                           "all_reduce_start: out of host memory staging %zu bytes of cuda buffers",
+                                           r->bytes)
+                      : copy_between(m, "all_reduce_start", data, LAMP_CPU, buf, LAMP_CUDA, r->bytes);
+    if (st != LAMP_OK) {
+      if (r->staging != NULL) keep_spare(m, r->staging, r->staging_bytes);
+      free(r);
+      return st;
+    }
+  }
+  r->seq = ++m->seq;
+  int rc = MPI_Iallreduce(MPI_IN_PLACE, data, (int)count, datatype_of(dtype), mop, m->comm, &r->req);
   if (rc != MPI_SUCCESS) {
+    if (r->staging != NULL) keep_spare(m, r->staging, r->staging_bytes);
     free(r);
     m->broken = 1;
     snprintf(m->broken_why, sizeof m->broken_why, "all_reduce_start could not start");
@@ -560,10 +687,12 @@ static lamp_status mpi_wait(void *comm, lamp_request *req) {
   m->seq = req->seq; /* reports name the collective waited for */
   st = poll_request(m, &req->req, req->op);
   m->seq = latest;
-  if (st == LAMP_OK) {
-    req->magic = 0;
-    free(req);
-  }
+  if (st != LAMP_OK) return st; /* MPI keeps the request and its buffer */
+  if (req->device_buf != NULL)
+    st = copy_between(m, "wait", req->device_buf, LAMP_CUDA, req->staging, LAMP_CPU, req->bytes);
+  if (req->staging != NULL) keep_spare(m, req->staging, req->staging_bytes);
+  req->magic = 0;
+  free(req);
   return st;
 }
 
@@ -572,13 +701,16 @@ static lamp_status mpi_all_reduce(void *comm, void *buf, size_t count, lamp_dtyp
   mpi_comm *m = comm;
   MPI_Op mop;
   MPI_Request req;
+  void *data = NULL;
+  size_t bytes = count * dtype_bytes(dtype);
   lamp_status st = check_buffer(m, "all_reduce", buf, count, dtype, device);
   if (st == LAMP_OK) st = check_reduction(m, "all_reduce", dtype, op, &mop);
+  if (st == LAMP_OK) st = stage_in(m, "all_reduce", device, buf, bytes, bytes, &data);
   if (st != LAMP_OK) return st;
   m->seq++;
-  return run_started(
-      m, "all_reduce",
-      MPI_Iallreduce(MPI_IN_PLACE, buf, (int)count, datatype_of(dtype), mop, m->comm, &req), &req);
+  st = run_started(m, "all_reduce",
+                   MPI_Iallreduce(MPI_IN_PLACE, data, (int)count, datatype_of(dtype), mop, m->comm, &req), &req);
+  return stage_out(m, "all_reduce", device, buf, data, bytes, st);
 }
 
 static lamp_status mpi_broadcast(void *comm, void *buf, size_t count, lamp_dtype dtype, int root,
@@ -590,9 +722,13 @@ static lamp_status mpi_broadcast(void *comm, void *buf, size_t count, lamp_dtype
   if (root < 0 || root >= m->size)
     return m->host->set_error(m->ctx, LAMP_ERR_INVALID_ARG,
                               "broadcast: root %d out of range for %d ranks", root, m->size);
+  void *data = NULL;
+  size_t bytes = count * dtype_bytes(dtype);
+  st = stage_in(m, "broadcast", device, buf, bytes, bytes, &data);
+  if (st != LAMP_OK) return st;
   m->seq++;
-  return run_started(m, "broadcast",
-                     MPI_Ibcast(buf, (int)count, datatype_of(dtype), root, m->comm, &req), &req);
+  st = run_started(m, "broadcast", MPI_Ibcast(data, (int)count, datatype_of(dtype), root, m->comm, &req), &req);
+  return stage_out(m, "broadcast", device, buf, data, bytes, st);
 }
 
 static lamp_status mpi_barrier(void *comm) {
@@ -622,10 +758,18 @@ static lamp_status mpi_all_gather(void *comm, const void *sendbuf, void *recvbuf
   const void *send = (const char *)recvbuf + (size_t)m->rank * count * (size_t)size == sendbuf
                          ? MPI_IN_PLACE
                          : sendbuf;
+  void *recv = recvbuf;
+  size_t bytes = count * (size_t)size, all = bytes * (size_t)m->size;
+  if (device == LAMP_CUDA) { /* this rank's block goes in place into the staged whole */
+    st = staging_for(m, "all_gather", all, &recv);
+    if (st == LAMP_OK)
+      st = copy_between(m, "all_gather", (char *)recv + (size_t)m->rank * bytes, LAMP_CPU, sendbuf, LAMP_CUDA, bytes);
+    if (st != LAMP_OK) return st;
+    send = MPI_IN_PLACE;
+  }
   m->seq++;
-  return run_started(
-      m, "all_gather",
-      MPI_Iallgather(send, (int)count, t, recvbuf, (int)count, t, m->comm, &req), &req);
+  st = run_started(m, "all_gather", MPI_Iallgather(send, (int)count, t, recv, (int)count, t, m->comm, &req), &req);
+  return stage_out(m, "all_gather", device, recvbuf, recv, all, st);
 }
 
 static lamp_status mpi_reduce_scatter(void *comm, const void *sendbuf, void *recvbuf, size_t count,
@@ -643,20 +787,26 @@ static lamp_status mpi_reduce_scatter(void *comm, const void *sendbuf, void *rec
                               count, m->size);
   /* sendbuf == recvbuf: the whole input sits in recvbuf, the result lands at its start. */
   const void *send = sendbuf == recvbuf ? MPI_IN_PLACE : sendbuf;
+  void *recv = recvbuf;
+  size_t bytes = count * dtype_bytes(dtype), all = bytes * (size_t)m->size;
+  if (device == LAMP_CUDA) { /* the whole input staged, reduced in place: the result at its start */
+    st = stage_in(m, "reduce_scatter", device, sendbuf, all, all, &recv);
+    if (st != LAMP_OK) return st;
+    send = MPI_IN_PLACE;
+  }
   m->seq++;
-  return run_started(m, "reduce_scatter",
-                     MPI_Ireduce_scatter_block(send, recvbuf, (int)count, datatype_of(dtype), mop,
-                                               m->comm, &req),
-                     &req);
+  st = run_started(m, "reduce_scatter",
+                   MPI_Ireduce_scatter_block(send, recv, (int)count, datatype_of(dtype), mop, m->comm, &req), &req);
+  return stage_out(m, "reduce_scatter", device, recvbuf, recv, bytes, st);
 }
 
 /* }====================================================== */
 
 static const lamp_comm_v1 mpi_table = {
     .hdr = {LAMP_PLUGIN_HEADER(LAMP_KIND_COMM, lamp_comm_v1, "mpi", "1.0",
-                               "MPI between processes launched by mpirun; cpu buffers; every wait "
-                               "has a deadline and names the missing ranks"),
-            .devices = LAMP_BIT(LAMP_CPU),
+                               "MPI between processes launched by mpirun; cpu buffers, cuda through "
+                               "host memory; every wait has a deadline and names the missing ranks"),
+            .devices = LAMP_BIT(LAMP_CPU) | LAMP_BIT(LAMP_CUDA),
             .dtypes = LAMP_BIT(LAMP_F32) | LAMP_BIT(LAMP_I32) | LAMP_BIT(LAMP_F16) |
                       LAMP_BIT(LAMP_BF16) | LAMP_BIT(LAMP_U8),
             .params = mpi_params, .n_params = sizeof mpi_params / sizeof mpi_params[0],

@@ -25,6 +25,7 @@
 
 #include "backend/backend.h"
 #include "backend/sim/sim.h"
+#include "backend/sim/sim_stream.h"
 #include "base/error.h"
 #include "tensor/dtype.h"
 #include "tensor/ledger.h"
@@ -143,7 +144,9 @@ static void test_device_is_registered(void **state) {
   assert_int_equal(lamp_device_count(LAMP_SIM), 1);
   assert_true(lamp_device_has(LAMP_SIM, LAMP_CAP_HOST_VIEW));
   assert_false(lamp_device_has(LAMP_SIM, LAMP_CAP_NATIVE_16BIT_GEMM));
-  assert_null(lamp_device_stream(LAMP_SIM));
+  const lamp_sim_stream *stream = lamp_device_stream(LAMP_SIM);
+  assert_non_null(stream);
+  assert_int_equal(stream->magic, LAMP_SIM_STREAM_MAGIC);
   int on_host = 0;
   assert_null(lamp_device_host_view(LAMP_SIM, &on_host));
   assert_null(lamp_device_host_view(LAMP_SIM, NULL));
@@ -537,6 +540,36 @@ static void test_device_copy_is_queued_in_order(void **state) {
   OK(lamp_synchronize(LAMP_SIM));
 }
 
+/* What a host function queued on the stream sees: the device's memory as the work queued before it
+   left it, through the host view, and not yet what is queued after it. */
+typedef struct peek {
+  const float *view;
+  float seen;
+} peek;
+
+static void peek_first(void *arg) {
+  peek *p = arg;
+  p->seen = p->view[0];
+}
+
+static void test_stream_runs_host_functions_in_queue_order(void **state) {
+  (void)state;
+  const lamp_sim_stream *stream = lamp_device_stream(LAMP_SIM);
+  float *a = lamp_mem_alloc(LAMP_SIM, LAMP_MEM_ACTIVATIONS, 64 * sizeof *a);
+  assert_non_null(a);
+  peek p = {.view = lamp_device_host_view(LAMP_SIM, a), .seen = 0.0f};
+  lamp_sim_hold(1); /* nothing runs until every piece is queued */
+  OK(lamp_fill(LAMP_SIM, a, LAMP_F32, 64, 7.0f));
+  OK(stream->launch_host_func(peek_first, &p));
+  OK(lamp_fill(LAMP_SIM, a, LAMP_F32, 64, 9.0f));
+  assert_true(p.seen == 0.0f); /* queued, not run */
+  lamp_sim_hold(0);
+  OK(lamp_synchronize(LAMP_SIM));
+  assert_true(p.seen == 7.0f);
+  lamp_mem_free(a);
+  OK(lamp_synchronize(LAMP_SIM));
+}
+
 /* The CPU's workspaces made on the worker (a 16-bit GEMM widens there) are freed there. */
 static void test_release_workspace_reaches_the_worker(void **state) {
   (void)state;
@@ -720,6 +753,7 @@ int main(void) {
       cmocka_unit_test(test_long_chain_runs_in_order),
       cmocka_unit_test(test_event_guards_async_upload),
       cmocka_unit_test(test_device_copy_is_queued_in_order),
+      cmocka_unit_test(test_stream_runs_host_functions_in_queue_order),
       cmocka_unit_test(test_release_workspace_reaches_the_worker),
       cmocka_unit_test(test_async_error_is_reported_once),
       cmocka_unit_test(test_host_pointer_fails_at_once),

@@ -1,7 +1,8 @@
 /*
 ** The simulated device's tables (sim.h): its memory and queue, and the CPU backend's operations
-** run on the queue through host views. No stream: plugins see its memory through host_view,
-** after lamp_synchronize, as CPU memory.
+** run on the queue through host views. Plugins see its memory through host_view, after
+** lamp_synchronize, as CPU memory; its stream (sim_stream.h) lets a plugin written for it queue
+** host functions in order with its work instead, as a stream-ordered communicator does on CUDA.
 **
 ** Two tables share every operation and differ in one capability. lamp_sim_backend has no
 ** LAMP_CAP_NATIVE_16BIT_GEMM, as on the CPU, so callers hand it the same fp32 operands (and it
@@ -30,6 +31,7 @@ static int sim_count(void) { return 1; }
   .event_record = lamp_sim_event_record,                         \
   .event_wait = lamp_sim_event_wait,                             \
   .host_view = lamp_sim_host_view,                               \
+  .stream = lamp_sim_stream_handle,                              \
   .release_workspace = lamp_sim_release_workspace,               \
   .gemm = lamp_sim_gemm,                                         \
   .convert = lamp_sim_convert,                                   \

@@ -23,6 +23,7 @@
 #include <time.h>
 
 #include "backend/sim/sim_impl.h"
+#include "backend/sim/sim_stream.h"
 #include "base/error.h"
 
 #define DEFAULT_SEED 0x5eed5eed5eed5eedull
@@ -236,6 +237,32 @@ lamp_status lamp_sim_event_record(void *event) {
 }
 
 lamp_status lamp_sim_event_wait(void *event) { return lamp_sim_wait(((const sim_event *)event)->seq); }
+
+/* }====================================================== */
+
+/* {======================================================
+** The stream (sim_stream.h): plugins queue host functions in order with the device's work
+** ======================================================= */
+
+typedef struct host_func {
+  void (*fn)(void *arg);
+  void *arg;
+} host_func;
+
+static lamp_status run_host_func(const void *args) {
+  const host_func *h = args;
+  h->fn(h->arg);
+  return LAMP_OK;
+}
+
+static lamp_status launch_host_func(void (*fn)(void *arg), void *arg) {
+  host_func h = {fn, arg};
+  return lamp_sim_enqueue(run_host_func, &h, sizeof h, NULL);
+}
+
+static lamp_sim_stream stream = {LAMP_SIM_STREAM_MAGIC, launch_host_func};
+
+void *lamp_sim_stream_handle(void) { return &stream; }
 
 /* }====================================================== */
 

@@ -13,6 +13,10 @@
 **     lamp_synchronize or an event; an operation's failure is reported, as CUDA's are, by the
 **     next call that waits for the queue.
 **
+** Its stream (sim_stream.h, what lamp_device_stream returns) queues a plugin's host functions in
+** order with its work: a test communicator orders its collectives there as NCCL does on a CUDA
+** stream.
+**
 ** It is not part of the lamp executable: a test program registers it with
 **   lamp_backend_register(LAMP_SIM, &lamp_sim_backend);
 ** or, to run the 16-bit GEMM operand path a CUDA device takes, with lamp_sim_native16_backend.

@@ -69,6 +69,9 @@ void lamp_sim_event_free(void *event);
 lamp_status lamp_sim_event_record(void *event);
 lamp_status lamp_sim_event_wait(void *event);
 
+/* The table's stream(): the lamp_sim_stream of sim_stream.h. */
+void *lamp_sim_stream_handle(void);
+
 /* The CPU backend's per-thread workspaces on the worker, freed there. */
 void lamp_sim_release_workspace(void);
 
