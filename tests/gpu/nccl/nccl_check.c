@@ -4,6 +4,7 @@
 **
 **     nccl_check PLUGIN    PLUGIN: the path of nccl.so
 **
+**   probe     on a CUDA run: 3 under a launcher (above mpi's 2), 0 for one process, the reason
 **   peer      two processes, the second never creates its communicator (it answers the
 **             bootstrap and nothing else): the first fails at its deadline (5 s), aborts, and
 **             says so; within a few seconds of it
@@ -261,6 +262,27 @@ static void check_missing_peer(const lamp_comm_v1 *t, int fd, pid_t pid) {
 
 /* }====================================================== */
 
+/* {====================================================== probe */
+
+static void check_probe(const lamp_comm_v1 *t, int gpus) {
+  static const char alone_prefix[] = "one process without a launcher: single serves (NCCL ";
+  char reason[512], with[512], want_prefix[160];
+  unsetenv("PMI_SIZE");
+  unsetenv("PMIX_RANK");
+  setenv("OMPI_COMM_WORLD_SIZE", "2", 1);
+  int launched = t->hdr.probe(&host, with, sizeof with);
+  unsetenv("OMPI_COMM_WORLD_SIZE");
+  int alone = t->hdr.probe(&host, reason, sizeof reason);
+  snprintf(want_prefix, sizeof want_prefix, "cuda run under a launcher (OMPI_COMM_WORLD_SIZE=2): NCCL ");
+  char gpu_text[32];
+  snprintf(gpu_text, sizeof gpu_text, ", %d GPU%s", gpus, gpus == 1 ? "" : "s");
+  int ok = launched == 3 && strncmp(with, want_prefix, strlen(want_prefix)) == 0 && strstr(with, gpu_text) != NULL &&
+           alone == 0 && strncmp(reason, alone_prefix, strlen(alone_prefix)) == 0;
+  report("probe", ok, "under a launcher %d (%s); alone %d (%s)", launched, with, alone, reason);
+}
+
+/* }====================================================== */
+
 /* {====================================================== more ranks than GPUs (gpus) */
 
 static lamp_status solo_broadcast(const lamp_bootstrap *b, void *buf, size_t bytes, int root, double timeout_s) {
@@ -510,6 +532,7 @@ int main(int argc, char **argv) {
     printf("nccl_check: cannot use cuda:0\n");
     return 1;
   }
+  check_probe(t, gpus);
   check_too_many_ranks(t, gpus);
   check_one_rank(t);
   check_watchdog(t);
