@@ -220,8 +220,9 @@ static lamp_status nccl_create(const lamp_host *h, lamp_ctx *ctx, const double *
   return make_comm(h, ctx, params, NULL, comm);
 }
 
-/* ncclCommFinalize flushes what is queued; non-blocking, so polled against the timeout. */
-static int finalize(nccl_comm *m) {
+/* ncclCommFinalize flushes what is queued; non-blocking, so polled against the timeout. Its
+   final state: ncclInProgress when the deadline passed. */
+static ncclResult_t finalize(nccl_comm *m) {
   ncclResult_t state = m->lib->comm_finalize(m->comm);
   double deadline = nccl_now() + m->timeout;
   while (state == ncclInProgress && nccl_now() <= deadline) {
@@ -229,7 +230,7 @@ static int finalize(nccl_comm *m) {
     ncclResult_t q = m->lib->comm_get_async_error(m->comm, &state);
     if (q != ncclSuccess) state = q;
   }
-  return state == ncclSuccess;
+  return state;
 }
 
 static void nccl_destroy(void *comm) {
@@ -238,10 +239,15 @@ static void nccl_destroy(void *comm) {
   /* Whatever is still queued finishes first (or breaks the communicator at its deadline). */
   nccl_drain(m);
   nccl_watchdog_stop(m);
-  if (!atomic_load(&m->broken) && !finalize(m)) {
+  ncclResult_t state = atomic_load(&m->broken) ? ncclSuccess : finalize(m);
+  if (state != ncclSuccess) {
     pthread_mutex_lock(&m->lock);
-    nccl_break_locked(m, "rank %d: ncclCommFinalize did not finish within %g s; the communicator was aborted",
-                      m->rank, m->timeout);
+    if (state == ncclInProgress)
+      nccl_break_locked(m, "destroy on rank %d: ncclCommFinalize did not finish within %g s (%s); the communicator "
+                        "was aborted", m->rank, m->timeout, nccl_timeout_source(m));
+    else
+      nccl_break_locked(m, "destroy on rank %d: ncclCommFinalize failed: %s; the communicator was aborted", m->rank,
+                        m->lib->get_error_string(state));
     pthread_mutex_unlock(&m->lock);
   }
   if (atomic_load(&m->broken)) {

@@ -166,20 +166,26 @@ static void test_create_one_process(void **state) {
   assert_null(c);
 }
 
+/* The plugin's own refusals, called directly (the core may check the same things first). */
 static void test_create_refusals(void **state) {
   (void)state;
   if (access(NCCL_SO, F_OK) != 0) skip();
   clear_env();
-  lamp_comm *c = NULL;
+  const lamp_comm_v1 *t = table();
+  lamp_ctx *ctx = lamp_ctx_new();
+  void *comm = NULL;
+  double timeout = 300.0;
   setenv("OMPI_COMM_WORLD_SIZE", "2", 1);
-  assert_int_equal(lamp_comm_open(&c, "nccl", NULL, 0), LAMP_ERR_UNSUPPORTED);
-  assert_string_equal(lamp_last_error(),
-                      "nccl: created without a bootstrap, which serves one process, but OMPI_COMM_WORLD_SIZE=2: "
-                      "this core (ABI 1.3) cannot hand NCCL's unique id to the other ranks");
+  assert_int_equal(t->create(lamp_host_get(), ctx, &timeout, &comm), LAMP_ERR_UNSUPPORTED);
+  assert_string_equal(lamp_ctx_message(ctx),
+                      "created without a bootstrap, which serves one process, but OMPI_COMM_WORLD_SIZE=2: this core "
+                      "(ABI 1.3) cannot hand NCCL's unique id to the other ranks");
   clear_env();
   setenv("LAMP_COMM_TIMEOUT", "soon", 1);
-  assert_int_equal(lamp_comm_open(&c, "nccl", NULL, 0), LAMP_ERR_INVALID_USAGE);
-  assert_string_equal(lamp_last_error(), "nccl: LAMP_COMM_TIMEOUT must be seconds in [0.1, 604800], got 'soon'");
+  assert_int_equal(t->create(lamp_host_get(), ctx, &timeout, &comm), LAMP_ERR_INVALID_USAGE);
+  assert_string_equal(lamp_ctx_message(ctx), "LAMP_COMM_TIMEOUT must be seconds in [0.1, 604800], got 'soon'");
+  assert_null(comm);
+  lamp_ctx_free(ctx);
   clear_env();
 }
 
