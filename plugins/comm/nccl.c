@@ -153,11 +153,7 @@ static void release_device(nccl_comm *m) {
   if (m->stream != NULL) cudaStreamDestroy(m->stream);
   /* Freeing synchronises the device: after an abort that could wait on a wedged GPU. The process
      is on its way out then; the memory goes with it. */
-  if (atomic_load(&m->broken)) {
-    if (m->stage_dev != NULL || m->stage_host != NULL)
-      m->host->log(LAMP_LOG_WARN, WHO, "rank %d: not freeing the staging buffers after an abort", m->rank);
-    return;
-  }
+  if (atomic_load(&m->broken)) return;
   if (m->stage_dev != NULL) cudaFree(m->stage_dev);
   if (m->stage_host != NULL) cudaFreeHost(m->stage_host);
 }
@@ -253,7 +249,8 @@ static void nccl_destroy(void *comm) {
   if (atomic_load(&m->broken)) {
     /* ncclCommDestroy would wait for the collectives the abort ended: never call it now. */
     if (!m->aborted) m->lib->comm_abort(m->comm);
-    m->host->log(LAMP_LOG_WARN, WHO, "rank %d: the communicator was aborted: %s", m->rank, m->broken_why);
+    m->host->log(LAMP_LOG_WARN, WHO, "destroyed after an abort (%s); its staging buffers are left to the exiting process",
+                 m->broken_why);
   } else {
     m->lib->comm_destroy(m->comm);
   }
