@@ -206,13 +206,15 @@ static lamp_status nccl_create_with_bootstrap(const lamp_host *h, lamp_ctx *ctx,
 
 /* Without a bootstrap (a core older than ABI 1.3) NCCL's id cannot travel: one process only. */
 static lamp_status nccl_create(const lamp_host *h, lamp_ctx *ctx, const double *params, void **comm) {
-  char value[64];
-  const char *var = launcher(value, sizeof value);
-  if (var != NULL && atoi(value) > 1)
-    return h->set_error(ctx, LAMP_ERR_UNSUPPORTED,
-                        "created without a bootstrap, which serves one process, but %s=%s: this core (ABI %u.%u) "
-                        "cannot hand NCCL's unique id to the other ranks",
-                        var, value, h->abi_major, h->abi_minor);
+  static const char *const world_sizes[] = {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE"};
+  for (size_t i = 0; i < sizeof world_sizes / sizeof world_sizes[0]; i++) {
+    const char *v = getenv(world_sizes[i]);
+    if (v != NULL && atoi(v) > 1)
+      return h->set_error(ctx, LAMP_ERR_UNSUPPORTED,
+                          "created without a bootstrap, which serves one process, but %s=%s: this core (ABI %u.%u) "
+                          "cannot hand NCCL's unique id to the other ranks",
+                          world_sizes[i], v, h->abi_major, h->abi_minor);
+  }
   return make_comm(h, ctx, params, NULL, comm);
 }
 
