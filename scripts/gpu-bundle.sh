@@ -11,6 +11,8 @@
 # checkout so that gpu-check.sh runs the same there as in a build tree:
 #   build/lamp, build/backends/cuda.so, build/plugins/<kind>/*.so (not comm/mpi.so: no MPI there),
 #   build/tests/gpu/check_ops, build/tests/gpu/optim_bitwise (LAMP_OPTIM_BITWISE) where built,
+#   build/tests/gpu/nccl_check where nccl.so is built (stage i; nccl.so itself is among the plugins,
+#       libnccl.so.2 is not packed: the GPU machine's own is used, see gpu-check.sh),
 #   scripts/ (the training scripts, scripts/lib, scripts/bench, gpu-check.sh),
 #   lib/ the shared libraries those need that are neither the C library's nor CUDA's (found with
 #       ldd: liblua5.4, libopenblas with libgfortran and libquadmath, libz, ...),
@@ -80,6 +82,10 @@ if [[ -x $optim_bitwise ]]; then
   cp "$optim_bitwise" "$root/build/tests/gpu/optim_bitwise"
 else
   echo "gpu-bundle: note: no optimizer comparison program at $optim_bitwise (gpu-check.sh stage d will be skipped)" >&2
+fi
+if [[ -f $build/plugins/comm/nccl.so ]]; then
+  [[ -x $build/tests/gpu/nccl_check ]] || die "$build/tests/gpu/nccl_check is missing: cmake --build $build --target nccl_check"
+  cp "$build/tests/gpu/nccl_check" "$root/build/tests/gpu/"
 fi
 if [[ -f $build/backends/cuda.so ]]; then
   mkdir -p "$root/build/backends"

@@ -34,6 +34,19 @@
 #      scripts/bench/torch_gpu_mlp.py): the reference MLP at batch 128 and 784-4096-4096-10 at
 #      batch 4096, fp32 (no TF32 either side), bf16, fp16; targets: lamp fp32 >= 1.0x PyTorch on
 #      both, and on the large one lamp bf16 and fp16 >= 2x lamp fp32 and >= 1.0x PyTorch autocast
+#   h  (issue #16) NCCL at world size 1: one epoch of scripts/fmnist_mlp.lua over 10240 samples on
+#      the GPU with --comm=nccl and with --comm=single; the two checkpoints must hold the same
+#      tensors and state bit for bit (lamp.checkpoint.info: every line but run.comm) and print the
+#      same losses and accuracy
+#   i  (issue #16) tests/gpu/nccl/nccl_check on nccl.so: a peer that never creates its
+#      communicator (the other fails at its 5 s deadline, aborts and says so), more ranks than
+#      GPUs, every collective on device and host buffers, enqueue ordering, the watchdog (an
+#      all-reduce held past its 2 s deadline is reported by poll, the communicator aborted)
+#   j  (issue #16) two ranks on one GPU over the mpi communicator (host staging): scripts/lamp-run
+#      -n 2 trains one epoch within 0.5 points of one rank; needs mpirun and mpi.so (the bundle
+#      carries no mpi.so: skipped there, with that reason)
+#   libnccl.so.2 for h and i: $LAMP_NCCL_LIBRARY, else the dynamic loader's, the toolkit's, or the
+#   one in the Python environment's nvidia wheels (exported as LAMP_NCCL_LIBRARY).
 #
 # The CPU accuracies of stage e come from cpu_reference.txt, which gpu-bundle.sh writes on the
 # CPU machine by running this script with --write-cpu-reference=FILE (same binary, same
@@ -55,7 +68,7 @@ bundle="$repo/gpu-bundle/lamp-gpu-bundle.tar.xz"
 tree=0
 root=""
 rebuild=0
-stages="a,b,c,d,e,f,g"
+stages="a,b,c,d,e,f,g,h,i,j"
 budget=470
 reference_out=""
 build_dir=""
@@ -83,7 +96,7 @@ for a in "$@"; do
   esac
 done
 [[ $budget =~ ^[0-9]+$ ]] || { echo "gpu-check: --budget must be whole seconds, got $budget" >&2; usage; }
-[[ $stages =~ ^[a-g](,[a-g])*$ ]] || { echo "gpu-check: --stages takes letters a-g separated by commas, got $stages" >&2; usage; }
+[[ $stages =~ ^[a-j](,[a-j])*$ ]] || { echo "gpu-check: --stages takes letters a-j separated by commas, got $stages" >&2; usage; }
 
 umask 022
 started=$SECONDS
@@ -190,6 +203,7 @@ bin=${build_dir:-$root/build}
 lamp=$bin/lamp
 check_ops=$bin/tests/gpu/check_ops
 optim_bitwise=${LAMP_OPTIM_BITWISE:-$bin/tests/gpu/optim_bitwise}
+nccl_check=$bin/tests/gpu/nccl_check
 scripts=$root/scripts
 export LAMP_PLUGIN_DIR=$bin/plugins
 export LAMP_BACKEND_DIR=$bin/backends
@@ -213,6 +227,20 @@ fi
 python_libpath=${LD_LIBRARY_PATH:-}
 export LD_LIBRARY_PATH=${libpath}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 [[ -d $cuda_home/bin ]] && export PATH=$PATH:$cuda_home/bin
+# libnccl.so.2 (stages h, i): the nccl plugin opens $LAMP_NCCL_LIBRARY, else the loader's.
+find_nccl() {
+  local d s
+  for d in ${LD_LIBRARY_PATH//:/ } "$cuda_home/lib64" "$cuda_home/lib"; do
+    [[ -f $d/libnccl.so.2 ]] && { echo "$d/libnccl.so.2"; return; }
+  done
+  ldconfig -p 2>/dev/null | awk '$1 == "libnccl.so.2" { print $NF; exit }' | grep . && return
+  command -v "${PYTHON:-python3}" >/dev/null || return
+  for s in $("${PYTHON:-python3}" -c 'import site; print(" ".join(site.getsitepackages()))' 2>/dev/null); do
+    for d in "$s"/nvidia/*/lib; do [[ -f $d/libnccl.so.2 ]] && { echo "$d/libnccl.so.2"; return; }; done
+  done
+}
+[[ -n ${LAMP_NCCL_LIBRARY:-} ]] || LAMP_NCCL_LIBRARY=$(find_nccl)
+[[ -n $LAMP_NCCL_LIBRARY ]] && export LAMP_NCCL_LIBRARY
 # }======================================================
 
 # {======================================================
@@ -556,6 +584,101 @@ if want g "g throughput"; then
     detail="lamp/torch fp32 ref ${r_ref}x big ${r_big}x; big bf16 ${r_bft}x fp16 ${r_hft}x; lamp big bf16/fp32 ${r_bf}x fp16/fp32 ${r_hf}x"
     if ((${#misses[@]} == 0)); then row "g throughput" ok $((SECONDS - t0)) "$detail"
     else row "g throughput" MISS $((SECONDS - t0)) "$detail; below target: $(IFS=';'; echo "${misses[*]}")"; fi
+  fi
+fi
+
+# h: NCCL at world size 1 against single, bit for bit.
+# ckpt_lines DIR: the latest checkpoint's info without its first line (path, header size and crc,
+# which the comm's name changes) and without run.comm.
+ckpt_lines() { # DIR NAME: the raw info in $work/NAME.raw, the compared lines in $work/NAME.info
+  printf '%s\n' 'local lamp = require "lamp"' 'print(lamp.checkpoint.info((lamp.checkpoint.latest(arg[1]))))' >"$work/ckpt_info.lua"
+  "$lamp" "$work/ckpt_info.lua" "$1" >"$work/$2.raw" 2>&1
+  sed -e 1d -e '/^  str  run\.comm /d' "$work/$2.raw" >"$work/$2.info"
+}
+epoch_lines() { grep -E '^(epoch [0-9]+  train loss|final test accuracy)' "$logs/$1.log" | sed 's/  [0-9.]* samples\/s$//'; }
+if want h "h nccl = single"; then
+  t0=$SECONDS
+  nccl_so=$bin/plugins/comm/nccl.so
+  if [[ ! -f $nccl_so ]]; then
+    row "h nccl = single" skip 0 "not built: $nccl_so"
+  elif [[ $gpu == 0 ]]; then
+    # No GPU: the plugin loads and its probe says why it cannot run.
+    run_stage nccl-plugins 30 "$lamp" plugins
+    line=$(awk '$1 == "comm" && $2 == "nccl"' "$logs/nccl-plugins.log" | sed 's/  */ /g')
+    if [[ $line == "comm nccl "*" 0 ("* ]]; then row "h nccl (cpu smoke)" ok $((SECONDS - t0)) "lamp plugins: ${line%% /*}"
+    else row "h nccl (cpu smoke)" FAIL $((SECONDS - t0)) "lamp plugins: ${line:-no nccl row}"; tail_log nccl-plugins 8; fi
+    skip_no_gpu "h nccl = single"
+  else
+    ok=1 detail=""
+    for c in single nccl; do
+      dir=$(mktemp -d -p "$work/ckpt" "h-$c.XXXX")
+      (cd "$root" && run_stage "h-$c" 90 "$lamp" scripts/fmnist_mlp.lua --device=cuda --comm="$c" "${mlp_args[@]}" --limit=10240 --save="$dir")
+      rc=$?
+      [[ $rc == 0 ]] || { ok=0; detail+="--comm=$c: exit $rc; "; tail_log "h-$c" 10; }
+      ckpt_lines "$dir" "h-$c"
+    done
+    if [[ $ok == 1 ]]; then
+      tensors=$(grep -c '^  tensor ' "$work/h-nccl.info")
+      if ! grep -Eq '^  str  run\.comm +"nccl"$' "$work/h-nccl.raw"; then
+        ok=0 detail+="the nccl run's checkpoint does not name nccl; "
+      fi
+      if ! cmp -s "$work/h-single.info" "$work/h-nccl.info" || ((tensors == 0)); then
+        ok=0 detail+="checkpoints differ ($tensors tensors): $(diff "$work/h-single.info" "$work/h-nccl.info" | head -3 | tr '\n' ' '); "
+      fi
+      if [[ "$(epoch_lines h-single)" != "$(epoch_lines h-nccl)" ]]; then
+        ok=0 detail+="printed results differ; "
+      fi
+      detail+="$tensors tensors and all state equal; $(epoch_lines h-nccl | tail -1)"
+    fi
+    if [[ $ok == 1 ]]; then row "h nccl = single" ok $((SECONDS - t0)) "$detail (NCCL ${LAMP_NCCL_LIBRARY:-from the loader})"
+    else row "h nccl = single" FAIL $((SECONDS - t0)) "${detail%; }"; fi
+  fi
+fi
+
+# i: the communicator's own checks on the GPU.
+if want i "i nccl_check"; then
+  t0=$SECONDS
+  if [[ ! -x $nccl_check ]]; then
+    row "i nccl_check" skip 0 "not built: $nccl_check"
+  else
+    run_stage nccl-check 90 "$nccl_check" "$bin/plugins/comm/nccl.so"
+    rc=$?
+    if [[ $gpu == 0 ]]; then
+      # No GPU: the program must stop with the CUDA runtime's reason (exit 2), not crash or hang.
+      if [[ $rc == 2 ]]; then row "i nccl_check (smoke)" ok $((SECONDS - t0)) "$(tail -1 "$logs/nccl-check.log")"
+      else row "i nccl_check (smoke)" FAIL $((SECONDS - t0)) "exit $rc, expected 2"; tail_log nccl-check 8; fi
+      skip_no_gpu "i nccl_check"
+    elif [[ $rc == 0 ]]; then
+      row "i nccl_check" ok $((SECONDS - t0)) "$(grep -c ': ok ' "$logs/nccl-check.log") checks ok; $(grep -o 'peer: ok status [0-9]* after [0-9.]* s' "$logs/nccl-check.log")"
+    else
+      row "i nccl_check" FAIL $((SECONDS - t0)) "exit $rc: $(grep -m1 ' FAIL ' "$logs/nccl-check.log" | cut -c1-200)"
+      tail_log nccl-check 20
+    fi
+  fi
+fi
+
+# j: two ranks on one GPU through the mpi communicator's host staging.
+if want j "j mpi 2 ranks on 1 GPU"; then
+  t0=$SECONDS
+  if [[ $gpu == 0 ]]; then
+    skip_no_gpu "j mpi 2 ranks on 1 GPU"
+  elif ! command -v mpirun >/dev/null; then
+    row "j mpi 2 ranks on 1 GPU" skip 0 "no mpirun on this machine (two ranks need a launcher)"
+  elif [[ ! -f $bin/plugins/comm/mpi.so ]]; then
+    row "j mpi 2 ranks on 1 GPU" skip 0 "no mpi.so in $bin/plugins/comm (the bundle carries none)"
+  else
+    read -r one _ _ < <(mlp_run cuda fp32 j-one-rank 90 --comm=single)
+    (cd "$root" && LAMP_BIN=$lamp run_stage j-two-ranks 150 "$scripts/lamp-run" -n 2 --timeout 60 scripts/fmnist_mlp.lua \
+      --device=cuda --comm=mpi "${mlp_args[@]}")
+    rc=$?
+    two=$(sed -n 's/^final test accuracy \([0-9.]*\) %.*/\1/p' "$logs/j-two-ranks.log" | tail -1)
+    judged=$(awk -v a="$two" -v b="$one" 'BEGIN {
+      if (a !~ /^[0-9.]+$/ || b !~ /^[0-9.]+$/) print "no accuracy";
+      else if (a - b > 0.5 || b - a > 0.5) print "off by more than 0.5";
+      else print "ok" }')
+    detail="2 ranks ${two:--} % (exit $rc), 1 rank ${one:--} %: $judged"
+    if [[ $rc == 0 && $judged == ok ]]; then row "j mpi 2 ranks on 1 GPU" ok $((SECONDS - t0)) "$detail"
+    else row "j mpi 2 ranks on 1 GPU" FAIL $((SECONDS - t0)) "$detail"; tail_log j-two-ranks 12; fi
   fi
 fi
 # }======================================================

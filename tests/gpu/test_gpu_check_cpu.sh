@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # scripts/gpu-check.sh on a machine without a GPU, as CI has: the stages it can run there (check_ops
 # on the simulated device, the CPU smokes of the optimizer program, the training, the resume and
-# the throughput script) must pass, the GPU stages must be listed as skipped, and the exit status
-# must be 0. Stage a (lamp devices) is left out: its output depends on the CUDA module's state.
+# the throughput script; where nccl.so is built, its plugin listing and nccl_check's clean stop)
+# must pass, the GPU stages must be listed as skipped, and the exit status must be 0. Stage a (lamp devices) is left out: its output depends on the CUDA module's state.
 # Usage: test_gpu_check_cpu.sh SOURCE_DIR BUILD_DIR
 set -u
 src=$1 build=$2
@@ -10,7 +10,7 @@ if command -v nvidia-smi >/dev/null && nvidia-smi -L >/dev/null 2>&1; then
   echo "SKIP: this machine has a GPU; scripts/gpu-check.sh runs the GPU stages here"
   exit 77
 fi
-out=$(OUT='' "$src/scripts/gpu-check.sh" --tree --build="$build" --stages=b,c,d,e,f,g 2>&1)
+out=$(OUT='' "$src/scripts/gpu-check.sh" --tree --build="$build" --stages=b,c,d,e,f,g,h,i,j 2>&1)
 rc=$?
 echo "$out"
 fail=0
@@ -20,6 +20,12 @@ expect '^b check_ops \(sim\) +\| ok +\|.* lines ok; on the simulated device'
 expect '^e fmnist \(cpu smoke\) +\| ok '
 expect '^f resume \(cpu smoke\) +\| ok +\|.*cpu->cpu fp16: loss [0-9]'
 expect '^g gpu_mlp \(cpu smoke\) +\| ok '
+if [[ -f $build/plugins/comm/nccl.so ]]; then
+  expect '^h nccl \(cpu smoke\) +\| ok +\| +[0-9]+s \| lamp plugins: comm nccl 1\.0 1\.3 0 \(the run device is cpu'
+  expect '^i nccl_check \(smoke\) +\| ok +\| +[0-9]+s \| nccl_check: no CUDA device: '
+  for s in 'h nccl = single' 'i nccl_check'; do expect "^$s +\| skip +\|"; done
+fi
+expect '^j mpi 2 ranks on 1 GPU +\| skip +\|'
 for s in 'c memcheck' 'e fmnist accuracy' 'f resume across' 'g throughput'; do expect "^$s +\| skip +\|"; done
 expect '^verdict: PASS in [0-9]+ s; skipped: .*\(no GPU: '
 [[ $fail == 0 ]] && echo "PASS"
