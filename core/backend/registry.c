@@ -7,11 +7,13 @@
 ** allocator to core/tensor, so tensors can live on the device.
 */
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "backend/backend_impl.h"
 #include "backend/load.h"
 #include "base/error.h"
+#include "base/log.h"
 
 static const lamp_backend *backends[LAMP_DEVICE_SLOTS] = {[LAMP_CPU] = &lamp_cpu_backend};
 static int ordinals[LAMP_DEVICE_SLOTS];
@@ -31,6 +33,36 @@ lamp_status lamp_backend_register(lamp_device device, const lamp_backend *backen
   return st;
 }
 
+/* The rank among those a launcher started on this host, from its environment (Open MPI, MPICH and
+   Hydra, torchrun, Slurm); -1 outside a launcher. */
+static int launcher_local_rank(void) {
+  static const char *const vars[] = {"OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID", "LOCAL_RANK", "SLURM_LOCALID"};
+  for (size_t i = 0; i < sizeof vars / sizeof vars[0]; i++) {
+    const char *v = getenv(vars[i]);
+    char *end;
+    long n = v != NULL && v[0] != '\0' ? strtol(v, &end, 10) : -1;
+    if (v != NULL && v[0] != '\0' && *end == '\0' && n >= 0 && n < 1 << 20) return (int)n;
+  }
+  return -1;
+}
+
+static int chose_for_rank[LAMP_DEVICE_SLOTS];
+
+/*
+** One process per GPU: under a launcher, a device kind with several devices starts at the one of
+** this process's local rank (modulo their number, so that two ranks may share one GPU over a
+** communicator that allows it; NCCL refuses that itself). "cuda:N" still chooses N.
+*/
+static void choose_for_local_rank(lamp_device device, const lamp_backend *b) {
+  chose_for_rank[device] = 1;
+  int rank = launcher_local_rank(), count = b->count != NULL ? b->count() : 0;
+  if (rank <= 0 || count <= 1) return;
+  int ordinal = rank % count;
+  if (b->select != NULL && b->select(ordinal) != LAMP_OK) return; /* stays at 0; the refusal is recorded */
+  ordinals[device] = ordinal;
+  lamp_log(LAMP_LOG_DEBUG, "backend", "local rank %d uses %s:%d of %d", rank, lamp_device_name(device), ordinal, count);
+}
+
 /* The backend of `device` into *out, loading its module on the first ask; else why not (recorded:
    a module's kept failure, or the device has no backend in this build). */
 static lamp_status find(lamp_device device, const lamp_backend **out) {
@@ -43,6 +75,7 @@ static lamp_status find(lamp_device device, const lamp_backend **out) {
   if (slot && lamp_backend_is_module(device)) {
     lamp_status st = lamp_backend_load(device);
     if (st == LAMP_OK) *out = backends[device];
+    if (st == LAMP_OK && !chose_for_rank[device]) choose_for_local_rank(device, *out);
     return st;
   }
   return lamp_error(LAMP_ERR_UNSUPPORTED, "device %s is not supported by this build", lamp_device_name(device));

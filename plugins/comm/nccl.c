@@ -33,8 +33,10 @@
 /* Above mpi's 2: on a CUDA run under a launcher NCCL is the better of the two. */
 #define SCORE_LAUNCHED 3
 
-/* The variables by which a launcher says it started several processes. */
-static const char *const launcher_vars[] = {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_RANK"};
+/* The variables by which a launcher says it started several processes: mpirun and lamp-run, and
+   the world size of the core's file-store bootstrap (LAMP_WORLD_SIZE, or torchrun's WORLD_SIZE). */
+static const char *const launcher_vars[] = {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_RANK", "LAMP_WORLD_SIZE",
+                                            "WORLD_SIZE"};
 
 struct lamp_request {
   uint32_t magic;

@@ -91,5 +91,16 @@ equal "a loaded module's devices" "$(grep -A2 '^cuda: ' <<<"$out")" \
 out=$(LAMP_BACKEND_DIR="$fixtures/fake" "$lamp" "$src/tests/cli/device_module.lua" 2>&1)
 equal "lamp.device and lamp.devices with a loaded module" "$out" "device module ok"
 
+# Under a launcher, "cuda" starts at the local rank's GPU (modulo the count); "cuda:N" still wins.
+echo 'print(require("lamp").device(arg[1] or "cuda").ordinal)' >"$tmp/ordinal.lua"
+ordinal() { env -u OMPI_COMM_WORLD_LOCAL_RANK -u MPI_LOCALRANKID -u LOCAL_RANK -u SLURM_LOCALID \
+  LAMP_BACKEND_DIR="$fixtures/fake" "$@" "$lamp" "$tmp/ordinal.lua" 2>&1; }
+equal "no launcher: cuda:0" "$(ordinal)" "0"
+equal "Open MPI local rank 1: cuda:1" "$(ordinal env OMPI_COMM_WORLD_LOCAL_RANK=1)" "1"
+equal "torchrun local rank 3 of a 2-GPU host: cuda:1" "$(ordinal env LOCAL_RANK=3)" "1"
+equal "Slurm local rank 2: cuda:0" "$(ordinal env SLURM_LOCALID=2)" "0"
+out=$(env OMPI_COMM_WORLD_LOCAL_RANK=1 LAMP_BACKEND_DIR="$fixtures/fake" "$lamp" "$tmp/ordinal.lua" cuda:0 2>&1)
+equal "an explicit cuda:0 under local rank 1" "$out" "0"
+
 echo "backend modules: $passed passed, $failed failed"
 [[ $failed -eq 0 ]]
