@@ -2,8 +2,11 @@
 -- (scripts/bench/torch_gpu_mlp.py is the PyTorch twin): times `steps` optimizer steps after `warmup`
 -- untimed ones and prints one line "gpu_mlp: ... samples/s N".
 --
---   build/lamp scripts/bench/gpu_mlp.lua [--device=cuda] [--precision=fp32|fp16|bf16]
+--   build/lamp scripts/bench/gpu_mlp.lua [--device=cuda] [--precision=fp32|fp16|bf16] [--model=mlp|resnet]
 --       [--hidden=1024,1024] [--batch=128] [--steps=200] [--warmup=20] [--seed=0]
+--
+-- --model=resnet times the small ResNet of scripts/lib/resnet.lua instead (--hidden is then unused);
+-- its twin is torch_gpu_mlp.py --model resnet.
 --
 -- The models: the reference MLP (784-1024-1024-10, batch 128) and the GEMM-bound one
 -- (--hidden=4096,4096 --batch=4096). SGD with momentum 0.9 at a constant lr 0.05, cross-entropy,
@@ -15,8 +18,12 @@ local lamp = require "lamp"
 local nn = lamp.nn
 
 local args = lamp.parse_args(arg, {
-  device = "cuda", precision = "fp32", hidden = "1024,1024", batch = 128, steps = 200, warmup = 20, seed = 0,
+  device = "cuda", precision = "fp32", model = "mlp", hidden = "1024,1024", batch = 128, steps = 200, warmup = 20,
+  seed = 0,
 })
+if args.model ~= "mlp" and args.model ~= "resnet" then
+  error("--model: expected mlp or resnet, got " .. tostring(args.model), 0)
+end
 
 local function whole(name, v, min)
   local n = math.tointeger(v)
@@ -32,16 +39,24 @@ lamp.device(args.device)
 local train = lamp.data.idx("fashion-mnist", "train")
 local loader = lamp.data.loader(train, { batch = batch, shuffle = true, drop_last = true, seed = args.seed })
 
-local layers, width = {}, 784
-for _, h in ipairs(sizes) do
-  layers[#layers + 1] = nn.Linear(width, h)
-  layers[#layers + 1] = nn.ReLU()
-  width = h
+-- The MLP 784-hidden...-10, or the training scripts' small ResNet (scripts/lib/resnet.lua).
+local function build()
+  if args.model == "resnet" then
+    package.path = arg[0]:gsub("[^/]*$", "") .. "../lib/?.lua;" .. package.path
+    return require("resnet").build(nn, 1, 10)
+  end
+  local layers, width = {}, 784
+  for _, h in ipairs(sizes) do
+    layers[#layers + 1] = nn.Linear(width, h)
+    layers[#layers + 1] = nn.ReLU()
+    width = h
+  end
+  layers[#layers + 1] = nn.Linear(width, 10)
+  return nn.Sequential(layers)
 end
-layers[#layers + 1] = nn.Linear(width, 10)
 
 local trainer = lamp.Trainer {
-  model = nn.Sequential(layers), loss = nn.CrossEntropy(), precision = lamp.precision(args.precision),
+  model = build(), loss = nn.CrossEntropy(), precision = lamp.precision(args.precision),
   comm = lamp.comm("single"), optim = lamp.optim("sgd", { lr = 0.05, momentum = 0.9 }),
   schedule = lamp.lr.constant(), seed = args.seed,
 }
@@ -60,6 +75,7 @@ end
 if warmup > 0 then run_steps(warmup) end
 local samples, seconds, loss = run_steps(steps)
 local stats = trainer:stats()
-print(string.format("gpu_mlp: device %s precision %s mlp 784-%s-10 batch %d: %d steps, %.3f s, loss %.4f, " ..
-  "skipped %d, scale %g, samples/s %.0f", args.device, args.precision, table.concat(sizes, "-"), batch, steps, seconds,
+local what = args.model == "resnet" and "resnet" or "mlp 784-" .. table.concat(sizes, "-") .. "-10"
+print(string.format("gpu_mlp: device %s precision %s %s batch %d: %d steps, %.3f s, loss %.4f, " ..
+  "skipped %d, scale %g, samples/s %.0f", args.device, args.precision, what, batch, steps, seconds,
   loss, stats.skipped_steps, stats.loss_scale, samples / seconds))

@@ -5,7 +5,7 @@ Trains the same MLP (784-H1-...-10, ReLU, cross-entropy, SGD lr 0.05 momentum 0.
 device and prints one line "torch_gpu_mlp: ... samples/s N" for `--steps` steps timed with CUDA
 events after `--warmup` untimed ones.
 
-  python3 scripts/bench/torch_gpu_mlp.py [--hidden 1024,1024] [--batch 128]
+  python3 scripts/bench/torch_gpu_mlp.py [--model mlp|resnet] [--hidden 1024,1024] [--batch 128]
       [--precision fp32|bf16|fp16] [--steps 200] [--warmup 20] [--seed 0]
 
 fp32 runs with TF32 off for matrix products and convolutions (lamp asks cuBLAS for plain fp32
@@ -20,7 +20,9 @@ import sys
 
 def parse():
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--hidden", default="1024,1024", help="hidden widths, comma-separated")
+    p.add_argument("--model", choices=["mlp", "resnet"], default="mlp",
+                   help="the MLP, or the small ResNet of scripts/lib/resnet.lua")
+    p.add_argument("--hidden", default="1024,1024", help="hidden widths, comma-separated (mlp)")
     p.add_argument("--batch", type=int, default=128)
     p.add_argument("--precision", choices=["fp32", "bf16", "fp16"], default="fp32")
     p.add_argument("--steps", type=int, default=200)
@@ -34,6 +36,36 @@ def parse():
     if a.batch < 1 or a.steps < 1 or a.warmup < 0 or min(a.sizes) < 1:
         p.error("--batch, --steps and the widths must be >= 1, --warmup >= 0")
     return a
+
+
+class Block:
+    """relu(x + bn(conv(relu(bn(conv(x)))))), every convolution 3x3, padding 1, no bias."""
+
+    @staticmethod
+    def make(torch, c):
+        nn = torch.nn
+
+        class _Block(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.body = nn.Sequential(nn.Conv2d(c, c, 3, padding=1, bias=False), nn.BatchNorm2d(c), nn.ReLU(),
+                                          nn.Conv2d(c, c, 3, padding=1, bias=False), nn.BatchNorm2d(c))
+
+            def forward(self, x):
+                return torch.relu(x + self.body(x))
+
+        return _Block()
+
+
+def resnet_of(torch, widths=(16, 32)):
+    """The small ResNet lamp's scripts train (scripts/lib/resnet.lua), for 1x28x28 images."""
+    nn = torch.nn
+    w1, w2 = widths
+    return nn.Sequential(
+        nn.Conv2d(1, w1, 3, padding=1, bias=False), nn.BatchNorm2d(w1), nn.ReLU(), Block.make(torch, w1),
+        nn.MaxPool2d(2),
+        nn.Conv2d(w1, w2, 3, padding=1, bias=False), nn.BatchNorm2d(w2), nn.ReLU(), Block.make(torch, w2),
+        nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(w2, 10))
 
 
 def model_of(torch, sizes):
@@ -60,7 +92,7 @@ def main():
     torch.manual_seed(a.seed)
     dev = torch.device("cuda")
 
-    model = model_of(torch, a.sizes).to(dev)
+    model = (resnet_of(torch) if a.model == "resnet" else model_of(torch, a.sizes)).to(dev)
     opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
     loss_fn = torch.nn.CrossEntropyLoss()
     dtype = {"fp32": None, "bf16": torch.bfloat16, "fp16": torch.float16}[a.precision]
@@ -68,7 +100,8 @@ def main():
 
     # A pool of batches, cycled, so the steps do not see one batch only.
     pool = 8
-    images = torch.randn(pool, a.batch, 784, device=dev)
+    shape = (pool, a.batch, 1, 28, 28) if a.model == "resnet" else (pool, a.batch, 784)
+    images = torch.randn(*shape, device=dev)
     labels = torch.randint(0, 10, (pool, a.batch), device=dev)
 
     def step(i):
@@ -91,8 +124,9 @@ def main():
     end.record()
     torch.cuda.synchronize()
     seconds = start.elapsed_time(end) / 1000.0
+    what = "resnet" if a.model == "resnet" else f"mlp 784-{'-'.join(map(str, a.sizes))}-10"
     print(f"torch_gpu_mlp: torch {torch.__version__} on {torch.cuda.get_device_name()} precision {a.precision} "
-          f"mlp 784-{'-'.join(map(str, a.sizes))}-10 batch {a.batch}: {a.steps} steps, {seconds:.3f} s, "
+          f"{what} batch {a.batch}: {a.steps} steps, {seconds:.3f} s, "
           f"loss {loss.item():.4f}, samples/s {a.steps * a.batch / seconds:.0f}")
     return 0
 
