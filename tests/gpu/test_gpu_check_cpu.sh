@@ -3,6 +3,10 @@
 # on the simulated device, the CPU smokes of the optimizer program, the training, the resume and
 # the throughput script; where nccl.so is built, its plugin listing and nccl_check's clean stop)
 # must pass, the GPU stages must be listed as skipped, and the exit status must be 0. Stage a (lamp devices) is left out: its output depends on the CUDA module's state.
+# Stage j's smoke (two ranks on the CPU over mpi) must pass where mpirun and mpi.so are there.
+# Where SOURCE_DIR holds a bundle (gpu-bundle/lamp-gpu-bundle.tar.xz, from scripts/gpu-bundle.sh;
+# never in CI) the smoke runs again from it, unpacked under BUILD_DIR, over the Open MPI it
+# carries in mpi/ (a few seconds).
 # Usage: test_gpu_check_cpu.sh SOURCE_DIR BUILD_DIR
 set -u
 src=$1 build=$2
@@ -26,7 +30,25 @@ if [[ -f $build/plugins/comm/nccl.so ]]; then
   for s in 'h nccl = single' 'i nccl_check'; do expect "^$s +\| skip +\|"; done
 fi
 expect '^j mpi 2 ranks on 1 GPU +\| skip +\|'
+if command -v mpirun >/dev/null && [[ -f $build/plugins/comm/mpi.so ]]; then
+  expect '^j mpi \(cpu smoke\) +\| ok +\| +[0-9]+s \| 2 ranks, 1280 samples: [0-9.]+ % via '
+fi
 for s in 'c memcheck' 'e fmnist accuracy' 'f resume across' 'g throughput'; do expect "^$s +\| skip +\|"; done
 expect '^verdict: PASS in [0-9]+ s; skipped: .*\(no GPU: '
+bundle=$src/gpu-bundle/lamp-gpu-bundle.tar.xz
+if [[ -f $bundle ]]; then
+  root=$build/gpu-bundle-check
+  out=$(OUT='' "$src/scripts/gpu-check.sh" --bundle="$bundle" --root="$root" --stages=j 2>&1)
+  rc=$?
+  echo "$out"
+  [[ $rc == 0 ]] || { echo "FAIL: from the bundle: exit $rc, expected 0"; fail=1; }
+  if [[ -f $root/mpi/env.sh ]]; then
+    expect "^j mpi \\(cpu smoke\\) +\\| ok +\\| +[0-9]+s \\| 2 ranks, 1280 samples: [0-9.]+ % via .* over the bundle's Open MPI"
+  else
+    echo "note: $bundle carries no mpi/ (made before it did, or with --no-mpi)"
+    expect '^j mpi 2 ranks on 1 GPU +\| skip +\|'
+  fi
+  rm -rf "$root"
+fi
 [[ $fail == 0 ]] && echo "PASS"
 exit $fail
