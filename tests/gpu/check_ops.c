@@ -29,7 +29,9 @@
 
 static const char *ops[] = {"gemm", "convert", "fill", "add_bias_rows", "sum_rows", "relu_forward", "relu_backward",
                             "cross_entropy", "argmax_rows", "unscale_and_check", "round_through", "accumulate_rounded",
-                            "scale", "axpy", "sum_squares", "add_into", "add", "apply_mask"};
+                            "scale", "axpy", "sum_squares", "add_into", "add", "apply_mask",
+                            "maxpool_forward", "maxpool_backward", "avgpool_forward", "avgpool_backward",
+                            "batchnorm_forward", "batchnorm_backward"};
 #define N_OPS (sizeof ops / sizeof *ops)
 
 static int usage(const char *why) {
@@ -113,6 +115,7 @@ int main(int argc, char **argv) {
   check_gemm(&run);
   check_elementwise(&run);
   check_reductions(&run);
+  check_layers(&run);
   lamp_backend_release_workspace();
 
   if (run.perturb != NULL && !run.perturbed) printf("--perturb=%s: no case of it ran\n", run.perturb);
