@@ -188,7 +188,7 @@ lamp_status lamp_cuda_batchnorm_forward(const lamp_batchnorm_args *a) {
     s = lamp_cuda_check_data(fn, "running_mean", a->running_mean, c);
     if (s == LAMP_OK) s = lamp_cuda_check_data(fn, "running_var", a->running_var, c);
   }
-  if (s != LAMP_OK) return s;
+  if (s != LAMP_OK || (c == 0 && !a->training)) return s; /* training still counts the batch */
   channel_job cj = {*a, view_of(a->saved, c), NULL, NULL, NULL, NULL, NULL};
   if (a->training) {
     rows_job rj = {a->x, a->x, a->x_dtype, a->x_dtype, a->batch, c, a->plane, 1, 0, 0.0f, cj.v, NULL, NULL};
