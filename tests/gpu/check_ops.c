@@ -1,7 +1,8 @@
 /*
 ** check_ops: runs every kernel operation of a device's backend table (backend.h: gemm .. apply_mask)
-** on random data on that device and on the CPU, and compares: elementwise operations bit for bit,
-** GEMM and reductions within the bounds stated in check_gemm.c and check_reduce.c. Each device
+** and the pooling and BatchNorm layer operations on random data on that device and on the CPU, and
+** compares: elementwise operations bit for bit, GEMM and reductions within the bounds stated in
+** check_gemm.c and check_reduce.c, the layer operations bit for bit (check_layers.c). Each device
 ** result is computed twice and must be the same bits both times. One line per operation and dtype
 ** combination, "op  shapes  max-err  bound  ok|FAIL", then a summary and a digest of every device
 ** result (equal digests across runs of one seed: run-to-run determinism across processes).
