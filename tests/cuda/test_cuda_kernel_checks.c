@@ -16,6 +16,7 @@
 #include <cmocka.h>
 
 #include "backend/backend.h"
+#include "backend/cuda/channel_ops.h"
 #include "backend/cuda/kernels.h"
 #include "base/error.h"
 
@@ -132,6 +133,36 @@ static void gemm_refusals_match_the_cpu(void **state) {
        lamp_cuda_gemm(0, 0, 1, 1, 1, 1.0f, f, LAMP_F32, 1, NULL, LAMP_F32, 1, 0.0f, f, LAMP_F32, 1), LAMP_ERR_INVALID_ARG);
 }
 
+/* A 2x2 pool over 2x2 planes, and its copy with a zero stride. */
+static const lamp_conv_geom pool_geom = {0, 2, 2, 2, 2, 2, 2, 0, 0, 1, 1, 1, 1};
+static const lamp_conv_geom zero_stride = {0, 2, 2, 2, 2, 0, 2, 0, 0, 1, 1, 1, 1};
+
+static void layer_refusals_match_the_cpu(void **state) {
+  (void)state;
+  int32_t arg[2];
+  SAME(lamp_maxpool_forward(LAMP_CPU, f, LAMP_F32, arg, f, LAMP_U8, 1, &pool_geom),
+       lamp_cuda_maxpool_forward(f, LAMP_F32, arg, f, LAMP_U8, 1, &pool_geom), LAMP_ERR_UNSUPPORTED);
+  SAME(lamp_maxpool_backward(LAMP_CPU, f, LAMP_I32, f, LAMP_F32, arg, 1, &pool_geom),
+       lamp_cuda_maxpool_backward(f, LAMP_I32, f, LAMP_F32, arg, 1, &pool_geom), LAMP_ERR_UNSUPPORTED);
+  SAME(lamp_avgpool_forward(LAMP_CPU, f, LAMP_F32, f, LAMP_F32, 1, &zero_stride),
+       lamp_cuda_avgpool_forward(f, LAMP_F32, f, LAMP_F32, 1, &zero_stride), LAMP_ERR_INVALID_ARG);
+  SAME(lamp_avgpool_backward(LAMP_CPU, f, LAMP_F16, f, LAMP_U8, 1, &pool_geom),
+       lamp_cuda_avgpool_backward(f, LAMP_F16, f, LAMP_U8, 1, &pool_geom), LAMP_ERR_UNSUPPORTED);
+  lamp_batchnorm_args a = {.batch = 1, .channels = 1, .plane = 2, .x = f, .x_dtype = LAMP_I32, .y = f,
+                           .y_dtype = LAMP_F32, .saved = f};
+  SAME(lamp_batchnorm_forward(LAMP_CPU, &a), lamp_cuda_batchnorm_forward(&a), LAMP_ERR_UNSUPPORTED);
+  a.x_dtype = LAMP_F32, a.y = NULL, a.dy = f, a.dy_dtype = LAMP_F32, a.dx = f, a.dx_dtype = LAMP_U8;
+  SAME(lamp_batchnorm_backward(LAMP_CPU, &a), lamp_cuda_batchnorm_backward(&a), LAMP_ERR_UNSUPPORTED);
+  a.dx_dtype = LAMP_F32, a.saved = NULL;
+  SAME(lamp_batchnorm_backward(LAMP_CPU, &a), lamp_cuda_batchnorm_backward(&a), LAMP_ERR_INVALID_ARG);
+  /* what the CPU would read through a NULL, the slot refuses by name */
+  assert_int_equal(lamp_cuda_maxpool_forward(f, LAMP_F32, arg, NULL, LAMP_F32, 1, &pool_geom), LAMP_ERR_INVALID_ARG);
+  assert_string_equal(lamp_last_error(), "maxpool_forward: x is NULL");
+  a.saved = f, a.training = 1, a.y = f;
+  assert_int_equal(lamp_cuda_batchnorm_forward(&a), LAMP_ERR_INVALID_ARG);
+  assert_string_equal(lamp_last_error(), "batchnorm_forward: running_mean is NULL");
+}
+
 /* Nothing to do means no launch: OK even without a driver, and NULL data is fine. */
 static void empty_work_launches_nothing(void **state) {
   (void)state;
@@ -146,6 +177,11 @@ static void empty_work_launches_nothing(void **state) {
                    LAMP_OK);
   assert_int_equal(lamp_cuda_gemm(1, 0, 3, 0, 3, 1.0f, NULL, LAMP_F16, 3, NULL, LAMP_F16, 3, 0.0f, NULL, LAMP_BF16, 3),
                    LAMP_OK);
+  assert_int_equal(lamp_cuda_maxpool_forward(NULL, LAMP_F32, NULL, NULL, LAMP_F32, 0, &pool_geom), LAMP_OK);
+  assert_int_equal(lamp_cuda_avgpool_backward(NULL, LAMP_BF16, NULL, LAMP_F16, 0, &pool_geom), LAMP_OK);
+  lamp_batchnorm_args none = {.batch = 4, .channels = 0, .plane = 9, .x_dtype = LAMP_F32, .saved = f};
+  assert_int_equal(lamp_cuda_batchnorm_forward(&none), LAMP_OK); /* inference over no channels */
+  assert_int_equal(lamp_cuda_batchnorm_backward(&none), LAMP_OK);
   assert_int_equal(lamp_cuda_kernel_faults(), LAMP_OK); /* no record yet, nothing to report */
 }
 
@@ -171,6 +207,14 @@ static void without_a_driver_each_error_names_its_source(void **state) {
                    LAMP_ERR_SYSTEM);
   assert_string_equal(lamp_last_error(), "cuda: the kernels' fault record (cudaHostAlloc): cudaErrorInsufficientDriver: "
                                          "CUDA driver version is insufficient for CUDA runtime version");
+  assert_int_equal(lamp_cuda_maxpool_forward(f, LAMP_F32, labels, f, LAMP_F32, 1, &pool_geom), LAMP_ERR_SYSTEM);
+  assert_string_equal(lamp_last_error(), "cuda: maxpool_forward: cudaErrorInsufficientDriver: CUDA driver version is "
+                                         "insufficient for CUDA runtime version");
+  lamp_batchnorm_args a = {.batch = 1, .channels = 1, .plane = 2, .x = f, .x_dtype = LAMP_F32, .y = f,
+                           .y_dtype = LAMP_F32, .running_mean = f, .running_var = f, .saved = f};
+  assert_int_equal(lamp_cuda_batchnorm_forward(&a), LAMP_ERR_SYSTEM); /* inference: no scratch, one launch */
+  assert_string_equal(lamp_last_error(), "cuda: batchnorm_forward: cudaErrorInsufficientDriver: CUDA driver version "
+                                         "is insufficient for CUDA runtime version");
   lamp_cuda_kernels_release(); /* nothing was made: a no-op */
 }
 
@@ -179,6 +223,7 @@ int main(void) {
       cmocka_unit_test(elementwise_refusals_match_the_cpu),
       cmocka_unit_test(reduction_refusals_match_the_cpu),
       cmocka_unit_test(gemm_refusals_match_the_cpu),
+      cmocka_unit_test(layer_refusals_match_the_cpu),
       cmocka_unit_test(empty_work_launches_nothing),
       cmocka_unit_test(without_a_driver_each_error_names_its_source),
   };

@@ -1,7 +1,8 @@
 /*
 ** check_ops: runs every kernel operation of a device's backend table (backend.h: gemm .. apply_mask)
-** on random data on that device and on the CPU, and compares: elementwise operations bit for bit,
-** GEMM and reductions within the bounds stated in check_gemm.c and check_reduce.c. Each device
+** and the pooling and BatchNorm layer operations on random data on that device and on the CPU, and
+** compares: elementwise operations bit for bit, GEMM and reductions within the bounds stated in
+** check_gemm.c and check_reduce.c, the layer operations bit for bit (check_layers.c). Each device
 ** result is computed twice and must be the same bits both times. One line per operation and dtype
 ** combination, "op  shapes  max-err  bound  ok|FAIL", then a summary and a digest of every device
 ** result (equal digests across runs of one seed: run-to-run determinism across processes).
@@ -29,7 +30,9 @@
 
 static const char *ops[] = {"gemm", "convert", "fill", "add_bias_rows", "sum_rows", "relu_forward", "relu_backward",
                             "cross_entropy", "argmax_rows", "unscale_and_check", "round_through", "accumulate_rounded",
-                            "scale", "axpy", "sum_squares", "add_into", "add", "apply_mask"};
+                            "scale", "axpy", "sum_squares", "add_into", "add", "apply_mask",
+                            "maxpool_forward", "maxpool_backward", "avgpool_forward", "avgpool_backward",
+                            "batchnorm_forward", "batchnorm_backward"};
 #define N_OPS (sizeof ops / sizeof *ops)
 
 static int usage(const char *why) {
@@ -113,6 +116,7 @@ int main(int argc, char **argv) {
   check_gemm(&run);
   check_elementwise(&run);
   check_reductions(&run);
+  check_layers(&run);
   lamp_backend_release_workspace();
 
   if (run.perturb != NULL && !run.perturbed) printf("--perturb=%s: no case of it ran\n", run.perturb);

@@ -1,5 +1,6 @@
 /* The kernel slots of the CUDA backend's table: cuBLAS for the GEMM (gemm.c), lamp's own kernels
    for the rest (*.cu). The runtime side builds the table and calls this once at open. */
+#include "backend/cuda/channel_ops.h"
 #include "backend/cuda/kernels.h"
 
 void lamp_cuda_fill_kernels(lamp_backend *b) {
@@ -23,4 +24,11 @@ void lamp_cuda_fill_kernels(lamp_backend *b) {
   b->add_into = lamp_cuda_add_into;
   b->add = lamp_cuda_add;
   b->apply_mask = lamp_cuda_apply_mask;
+  /* coarse layer operations: pooling (pool.cu), BatchNorm (batchnorm.cu) */
+  b->maxpool_forward = lamp_cuda_maxpool_forward;
+  b->maxpool_backward = lamp_cuda_maxpool_backward;
+  b->avgpool_forward = lamp_cuda_avgpool_forward;
+  b->avgpool_backward = lamp_cuda_avgpool_backward;
+  b->batchnorm_forward = lamp_cuda_batchnorm_forward;
+  b->batchnorm_backward = lamp_cuda_batchnorm_backward;
 }
