@@ -1,5 +1,6 @@
 /* The kernel slots of the CUDA backend's table: cuBLAS for the GEMM (gemm.c), lamp's own kernels
    for the rest (*.cu). The runtime side builds the table and calls this once at open. */
+#include "backend/cuda/conv_kernels.h"
 #include "backend/cuda/kernels.h"
 
 void lamp_cuda_fill_kernels(lamp_backend *b) {
@@ -23,4 +24,7 @@ void lamp_cuda_fill_kernels(lamp_backend *b) {
   b->add_into = lamp_cuda_add_into;
   b->add = lamp_cuda_add;
   b->apply_mask = lamp_cuda_apply_mask;
+  b->conv2d_forward = lamp_cuda_conv2d_forward;
+  b->conv2d_backward = lamp_cuda_conv2d_backward;
+  b->conv2d_plan_free = lamp_cuda_conv2d_plan_free;
 }
