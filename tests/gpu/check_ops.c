@@ -1,5 +1,6 @@
 /*
-** check_ops: runs every kernel operation of a device's backend table (backend.h: gemm .. apply_mask)
+** check_ops: runs every kernel operation of a device's backend table (backend.h: gemm .. apply_mask,
+** and the convolutions: check_conv.c)
 ** on random data on that device and on the CPU, and compares: elementwise operations bit for bit,
 ** GEMM and reductions within the bounds stated in check_gemm.c and check_reduce.c. Each device
 ** result is computed twice and must be the same bits both times. One line per operation and dtype
@@ -29,7 +30,8 @@
 
 static const char *ops[] = {"gemm", "convert", "fill", "add_bias_rows", "sum_rows", "relu_forward", "relu_backward",
                             "cross_entropy", "argmax_rows", "unscale_and_check", "round_through", "accumulate_rounded",
-                            "scale", "axpy", "sum_squares", "add_into", "add", "apply_mask"};
+                            "scale", "axpy", "sum_squares", "add_into", "add", "apply_mask", "conv2d_forward",
+                            "conv2d_backward"};
 #define N_OPS (sizeof ops / sizeof *ops)
 
 static int usage(const char *why) {
@@ -113,6 +115,7 @@ int main(int argc, char **argv) {
   check_gemm(&run);
   check_elementwise(&run);
   check_reductions(&run);
+  check_conv(&run);
   lamp_backend_release_workspace();
 
   if (run.perturb != NULL && !run.perturbed) printf("--perturb=%s: no case of it ran\n", run.perturb);

@@ -148,9 +148,10 @@ void check_line_end(check_run *run, check_line *l);
 
 /* }====================================================== */
 
-/* The operations: check_gemm.c, check_elementwise.c, check_reduce.c. */
+/* The operations: check_gemm.c, check_elementwise.c, check_reduce.c, check_conv.c. */
 void check_gemm(check_run *run);
 void check_elementwise(check_run *run);
 void check_reductions(check_run *run);
+void check_conv(check_run *run);
 
 #endif
