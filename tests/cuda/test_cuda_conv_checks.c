@@ -2,8 +2,8 @@
 ** The CUDA convolution (core/backend/cuda/conv_cudnn.c, cudnn_lib.c) before and without a GPU:
 ** its refusals are the CPU's (status and words), an empty batch touches neither cuDNN nor the
 ** device where nothing is due, a missing libcudnn is named, an installed one is opened and its
-** first GPU call's error is cuDNN's own, and the engine filter keeps only what lamp's numerics
-** allow. The runtime side is stubbed as in test_cuda_kernel_checks.c; no call here touches
+** first GPU call's error is cuDNN's own, the engine filter keeps only what lamp's numerics
+** allow, and the plan cache finds, fills and evicts its ways. The runtime side is stubbed as in test_cuda_kernel_checks.c; no call here touches
 ** device memory.
 */
 #include <setjmp.h>
@@ -17,6 +17,7 @@
 #include <cmocka.h>
 
 #include "backend/backend.h"
+#include "backend/cuda/conv_cache.h"
 #include "backend/cuda/conv_kernels.h"
 #include "backend/cuda/cudnn_lib.h"
 #include "backend/cuda/kernels.h"
@@ -217,12 +218,60 @@ static void the_engine_filter(void **state) {
   }
 }
 
+/* The plan cache: a key is the shape, the compute dtype and the alignment; a hit is found in any
+   way, a miss takes a free way, then the least recently used one. */
+static void the_plan_cache_picks_ways(void **state) {
+  (void)state;
+  lamp_conv2d_args a = args();
+  const void *aligned[] = {(void *)(uintptr_t)0x1000, (void *)(uintptr_t)0x2010, NULL};
+  const void *odd[] = {(void *)(uintptr_t)0x1000, (void *)(uintptr_t)0x2012};
+  lamp_conv_key k = lamp_cuda_conv_key(&a.shape, LAMP_F32, aligned, 3);
+  assert_true(k.aligned);
+  assert_false(lamp_cuda_conv_key(&a.shape, LAMP_F32, odd, 2).aligned);
+  lamp_conv_key other = k;
+  assert_true(lamp_cuda_conv_key_equal(&k, &other));
+  other.shape.batch = 1; /* the last batch of an epoch */
+  assert_false(lamp_cuda_conv_key_equal(&k, &other));
+  other = k;
+  other.compute = LAMP_BF16;
+  assert_false(lamp_cuda_conv_key_equal(&k, &other));
+  other = k;
+  other.aligned = 0;
+  assert_false(lamp_cuda_conv_key_equal(&k, &other));
+  other = k;
+  other.shape.dilation = 2;
+  assert_false(lamp_cuda_conv_key_equal(&k, &other));
+
+  lamp_conv_way ways[LAMP_CONV_CACHE_WAYS] = {0};
+  const lamp_conv_way *view[LAMP_CONV_CACHE_WAYS];
+  for (size_t i = 0; i < LAMP_CONV_CACHE_WAYS; i++) view[i] = &ways[i];
+  int hit = 1;
+  assert_int_equal(lamp_cuda_conv_pick(view, LAMP_CONV_CACHE_WAYS, &k, &hit), 0); /* empty: the first way */
+  assert_false(hit);
+  for (size_t i = 0; i < LAMP_CONV_CACHE_WAYS; i++) { /* full, batches 1..4, used in the order 3 1 4 2 */
+    ways[i].built = 1;
+    ways[i].key = k;
+    ways[i].key.shape.batch = i + 1;
+  }
+  ways[0].used = 3, ways[1].used = 1, ways[2].used = 4, ways[3].used = 2;
+  lamp_conv_key want = k;
+  want.shape.batch = 3;
+  assert_int_equal(lamp_cuda_conv_pick(view, LAMP_CONV_CACHE_WAYS, &want, &hit), 2);
+  assert_true(hit);
+  want.shape.batch = 5; /* a miss evicts the least recently used: way 1 */
+  assert_int_equal(lamp_cuda_conv_pick(view, LAMP_CONV_CACHE_WAYS, &want, &hit), 1);
+  assert_false(hit);
+  ways[3].built = 0; /* a free way comes before any eviction */
+  assert_int_equal(lamp_cuda_conv_pick(view, LAMP_CONV_CACHE_WAYS, &want, &hit), 3);
+  assert_false(hit);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(refusals_match_the_cpu),   cmocka_unit_test(operand_dtype_is_checked),
       cmocka_unit_test(an_empty_batch_needs_no_cudnn), cmocka_unit_test(a_missing_library_is_named),
       cmocka_unit_test(without_a_driver_cudnn_speaks), cmocka_unit_test(descriptors_need_no_driver),
-      cmocka_unit_test(the_engine_filter),
+      cmocka_unit_test(the_engine_filter),          cmocka_unit_test(the_plan_cache_picks_ways),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -3,8 +3,8 @@
 **
 ** Each of the three products (forward, backward-data, backward-filter) is a one-operation graph
 ** whose execution plan is made on the layer's first call of it and kept in the layer's plan,
-** keyed by the shape, the compute dtype and the operands' alignment; a call with another key
-** rebuilds that product's plan. cuDNN is opened on the first convolution (cudnn_lib.h).
+** keyed by the shape, the compute dtype and the operands' alignment, a few keys per product
+** (conv_cache.h). cuDNN is opened on the first convolution (cudnn_lib.h).
 **
 ** Numerics, as the CPU (core/backend/cpu/conv2d.c): cuDNN reads x, dy and W in the compute
 ** dtype (converted into scratch where they arrive in another) and accumulates in fp32
@@ -27,6 +27,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "backend/cuda/conv_cache.h"
 #include "backend/cuda/conv_kernels.h"
 #include "backend/cuda/cudnn_lib.h"
 #include "backend/cuda/kernels.h"
@@ -35,17 +36,11 @@ enum { CONV_FWD, CONV_BWD_DATA, CONV_BWD_FILTER, CONV_OPS };
 enum { UID_X = 1, UID_W = 2, UID_Y = 3 }; /* of each graph: its input, weights and output side */
 #define MAX_DESCS 8
 
-/* What a product's plan depends on. Compared with memcmp: made with memset first. */
-typedef struct conv_key {
-  lamp_conv2d_shape shape;
-  lamp_dtype compute;
-  int aligned; /* every tensor on a 16-byte boundary (else cuDNN is told the element size) */
-} conv_key;
+typedef lamp_conv_key conv_key;
 
-/* One product's plan, and every descriptor it was made from (destroyed with it). */
+/* One product's plan for one key, and every descriptor it was made from (destroyed with it). */
 typedef struct conv_op {
-  int built;
-  conv_key key;
+  lamp_conv_way way;
   cudnnBackendDescriptor_t descs[MAX_DESCS];
   size_t n_descs;
   cudnnBackendDescriptor_t plan;
@@ -54,7 +49,8 @@ typedef struct conv_op {
 } conv_op;
 
 typedef struct conv_plan {
-  conv_op ops[CONV_OPS];
+  conv_op ops[CONV_OPS][LAMP_CONV_CACHE_WAYS];
+  uint64_t calls; /* the clock of the ways' last use */
 } conv_plan;
 
 static const char *const op_what[CONV_OPS] = {"forward", "backward-data", "backward-filter"};
@@ -88,17 +84,6 @@ static size_t w_count(const lamp_conv2d_shape *s) {
 
 /* Scratch regions start on 256-byte boundaries. */
 static size_t region(size_t bytes) { return (bytes + 255u) & ~(size_t)255u; }
-
-static int aligned16(const void *p) { return p == NULL || ((uintptr_t)p & 15u) == 0; }
-
-static conv_key key_of(const lamp_conv2d_args *a, int aligned) {
-  conv_key k;
-  memset(&k, 0, sizeof k);
-  k.shape = a->shape;
-  k.compute = a->compute;
-  k.aligned = aligned;
-  return k;
-}
 
 /* ---- descriptors ---------------------------------------------------------------------------- */
 
@@ -245,23 +230,20 @@ int lamp_cuda_conv_engine_acceptable(const cudnnBackendNumericalNote_t *notes, i
   return 1;
 }
 
-/* The numerical notes of an engine configuration's engine. */
-static lamp_status notes_of(const builder *b, cudnnBackendDescriptor_t cfg, cudnnBackendNumericalNote_t *notes,
-                            int64_t *count) {
+/* The numerical notes of an engine configuration's engine; a configuration whose notes cannot be
+   read is not used (the caller skips it on any failure, so none is reported). */
+static cudnnStatus_t notes_of(const builder *b, cudnnBackendDescriptor_t cfg, cudnnBackendNumericalNote_t *notes,
+                              int64_t *count) {
   cudnnBackendDescriptor_t engine = NULL;
   int64_t got = 0;
-  lamp_status s = check(b, b->api->BackendCreateDescriptor(CUDNN_BACKEND_ENGINE_DESCRIPTOR, &engine),
-                        "cudnnBackendCreateDescriptor");
-  if (s != LAMP_OK) return s;
-  s = check(b, b->api->BackendGetAttribute(cfg, CUDNN_ATTR_ENGINECFG_ENGINE, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &got,
-                                           &engine),
-            "reading an engine configuration");
-  if (s == LAMP_OK)
-    s = check(b, b->api->BackendGetAttribute(engine, CUDNN_ATTR_ENGINE_NUMERICAL_NOTE, CUDNN_TYPE_NUMERICAL_NOTE,
-                                             CUDNN_NUMERICAL_NOTE_TYPE_COUNT, count, notes),
-              "reading an engine's numerical notes");
+  cudnnStatus_t st = b->api->BackendCreateDescriptor(CUDNN_BACKEND_ENGINE_DESCRIPTOR, &engine);
+  if (st != CUDNN_STATUS_SUCCESS) return st;
+  st = b->api->BackendGetAttribute(cfg, CUDNN_ATTR_ENGINECFG_ENGINE, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &got, &engine);
+  if (st == CUDNN_STATUS_SUCCESS)
+    st = b->api->BackendGetAttribute(engine, CUDNN_ATTR_ENGINE_NUMERICAL_NOTE, CUDNN_TYPE_NUMERICAL_NOTE,
+                                     CUDNN_NUMERICAL_NOTE_TYPE_COUNT, count, notes);
   b->api->BackendDestroyDescriptor(engine);
-  return s;
+  return st;
 }
 
 /* An execution plan of cfg, or CUDNN's refusal (not reported: the caller tries the next). */
@@ -311,8 +293,9 @@ static lamp_status plan_from_heuristics(const builder *b, cudnnBackendDescriptor
   for (int64_t i = 0; s == LAMP_OK && !*found && i < count && i < MAX_CONFIGS; i++) {
     cudnnBackendNumericalNote_t notes[CUDNN_NUMERICAL_NOTE_TYPE_COUNT];
     int64_t n_notes = 0;
-    s = notes_of(b, cfgs[i], notes, &n_notes);
-    if (s != LAMP_OK || !lamp_cuda_conv_engine_acceptable(notes, n_notes, compute)) continue;
+    if (notes_of(b, cfgs[i], notes, &n_notes) != CUDNN_STATUS_SUCCESS ||
+        !lamp_cuda_conv_engine_acceptable(notes, n_notes, compute))
+      continue;
     if (try_plan(b, cfgs[i], &b->op->plan) != CUDNN_STATUS_SUCCESS) continue;
     *found = 1;
     b->op->descs[b->op->n_descs++] = cfgs[i]; /* the plan refers to it: kept as long as the plan */
@@ -363,8 +346,8 @@ static lamp_status build(const builder *b, int kind, const conv_key *k) {
     op_clear(b->api, b->op);
     return s;
   }
-  memcpy(&b->op->key, k, sizeof *k); /* with its zeroed padding, for memcmp */
-  b->op->built = 1;
+  b->op->way.key = *k;
+  b->op->way.built = 1;
   return LAMP_OK;
 }
 
@@ -376,12 +359,19 @@ static lamp_status op_for(const builder *base, void **slot, int kind, const conv
     if (p == NULL) return lamp_cuda_svc->error(LAMP_ERR_SYSTEM, "%s: out of memory for a plan", base->fn);
     *slot = p;
   }
-  conv_op *op = &p->ops[kind];
+  const lamp_conv_way *ways[LAMP_CONV_CACHE_WAYS];
+  for (size_t i = 0; i < LAMP_CONV_CACHE_WAYS; i++) ways[i] = &p->ops[kind][i].way;
+  int hit = 0;
+  conv_op *op = &p->ops[kind][lamp_cuda_conv_pick(ways, LAMP_CONV_CACHE_WAYS, k, &hit)];
+  lamp_status s = LAMP_OK;
+  if (!hit) {
+    builder b = *base;
+    b.op = op;
+    s = build(&b, kind, k); /* clears what the way held first */
+  }
+  if (s == LAMP_OK) op->way.used = ++p->calls;
   *out = op;
-  if (op->built && memcmp(&op->key, k, sizeof *k) == 0) return LAMP_OK;
-  builder b = *base;
-  b.op = op;
-  return build(&b, kind, k);
+  return s;
 }
 
 void lamp_cuda_conv2d_plan_free(void *plan) {
@@ -390,7 +380,8 @@ void lamp_cuda_conv2d_plan_free(void *plan) {
   const lamp_cudnn_api *api = NULL;
   /* A plan holds descriptors only if the library was opened, so this finds it open. */
   if (lamp_cudnn_api_get("conv2d_plan_free", &api) == LAMP_OK)
-    for (int i = 0; i < CONV_OPS; i++) op_clear(api, &p->ops[i]);
+    for (int i = 0; i < CONV_OPS; i++)
+      for (int w = 0; w < LAMP_CONV_CACHE_WAYS; w++) op_clear(api, &p->ops[i][w]);
   free(p);
 }
 
@@ -443,9 +434,7 @@ static size_t operand_bytes(lamp_dtype dtype, lamp_dtype compute, size_t n) {
 /* The handle and the table; the key of this call. */
 static lamp_status begin(const char *fn, const lamp_conv2d_args *a, const void *const *ptrs, size_t n_ptrs,
                          builder *b, conv_key *k) {
-  int aligned = 1;
-  for (size_t i = 0; i < n_ptrs; i++) aligned = aligned && aligned16(ptrs[i]);
-  *k = key_of(a, aligned);
+  *k = lamp_cuda_conv_key(&a->shape, a->compute, ptrs, n_ptrs);
   memset(b, 0, sizeof *b);
   b->fn = fn;
   return lamp_cudnn_handle(fn, &b->api, &b->handle);
