@@ -1,9 +1,9 @@
 /*
 ** check_ops: runs every kernel operation of a device's backend table (backend.h: gemm .. apply_mask)
-** and the pooling and BatchNorm layer operations on random data on that device and on the CPU, and
-** compares: elementwise operations bit for bit, GEMM and reductions within the bounds stated in
-** check_gemm.c and check_reduce.c, the layer operations bit for bit (check_layers.c). Each device
-** result is computed twice and must be the same bits both times. One line per operation and dtype
+** and the layer operations (pooling, BatchNorm, convolution) on random data on that device and on
+** the CPU, and compares: elementwise operations bit for bit, GEMM and reductions within the bounds
+** stated in check_gemm.c and check_reduce.c, pooling and BatchNorm bit for bit (check_layers.c),
+** the convolutions within the bounds of check_conv.c. Each device result is computed twice and must be the same bits both times. One line per operation and dtype
 ** combination, "op  shapes  max-err  bound  ok|FAIL", then a summary and a digest of every device
 ** result (equal digests across runs of one seed: run-to-run determinism across processes).
 **
@@ -32,7 +32,7 @@ static const char *ops[] = {"gemm", "convert", "fill", "add_bias_rows", "sum_row
                             "cross_entropy", "argmax_rows", "unscale_and_check", "round_through", "accumulate_rounded",
                             "scale", "axpy", "sum_squares", "add_into", "add", "apply_mask",
                             "maxpool_forward", "maxpool_backward", "avgpool_forward", "avgpool_backward",
-                            "batchnorm_forward", "batchnorm_backward"};
+                            "batchnorm_forward", "batchnorm_backward", "conv2d_forward", "conv2d_backward"};
 #define N_OPS (sizeof ops / sizeof *ops)
 
 static int usage(const char *why) {
@@ -117,6 +117,7 @@ int main(int argc, char **argv) {
   check_elementwise(&run);
   check_reductions(&run);
   check_layers(&run);
+  check_conv(&run);
   lamp_backend_release_workspace();
 
   if (run.perturb != NULL && !run.perturbed) printf("--perturb=%s: no case of it ran\n", run.perturb);

@@ -149,10 +149,11 @@ void check_line_end(check_run *run, check_line *l);
 /* }====================================================== */
 
 /* The operations: check_gemm.c, check_elementwise.c, check_reduce.c, check_layers.c (pooling and
-   BatchNorm). */
+   BatchNorm), check_conv.c. */
 void check_gemm(check_run *run);
 void check_elementwise(check_run *run);
 void check_reductions(check_run *run);
 void check_layers(check_run *run);
+void check_conv(check_run *run);
 
 #endif

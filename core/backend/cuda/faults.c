@@ -6,6 +6,7 @@
 ** host memory mapped into the device (fault_record.h). No copy is queued and no
 ** extra synchronisation is made: the host reads memory the finished kernels already wrote.
 */
+#include "backend/cuda/cudnn_lib.h"
 #include "backend/cuda/kernels.h"
 
 static lamp_cuda_fault *record;        /* host view */
@@ -41,6 +42,7 @@ lamp_status lamp_cuda_kernel_faults(void) {
 
 void lamp_cuda_kernels_release(void) {
   lamp_cuda_gemm_release();
+  lamp_cudnn_release();
   if (record != NULL) cudaFreeHost(record);
   record = record_device = NULL;
 }

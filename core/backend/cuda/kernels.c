@@ -1,6 +1,7 @@
 /* The kernel slots of the CUDA backend's table: cuBLAS for the GEMM (gemm.c), lamp's own kernels
    for the rest (*.cu). The runtime side builds the table and calls this once at open. */
 #include "backend/cuda/channel_ops.h"
+#include "backend/cuda/conv_kernels.h"
 #include "backend/cuda/kernels.h"
 
 void lamp_cuda_fill_kernels(lamp_backend *b) {
@@ -31,4 +32,7 @@ void lamp_cuda_fill_kernels(lamp_backend *b) {
   b->avgpool_backward = lamp_cuda_avgpool_backward;
   b->batchnorm_forward = lamp_cuda_batchnorm_forward;
   b->batchnorm_backward = lamp_cuda_batchnorm_backward;
+  b->conv2d_forward = lamp_cuda_conv2d_forward;
+  b->conv2d_backward = lamp_cuda_conv2d_backward;
+  b->conv2d_plan_free = lamp_cuda_conv2d_plan_free;
 }
