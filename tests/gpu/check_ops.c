@@ -3,9 +3,10 @@
 ** and the layer operations (pooling, BatchNorm, convolution) on random data on that device and on
 ** the CPU, and compares: elementwise operations bit for bit, GEMM and reductions within the bounds
 ** stated in check_gemm.c and check_reduce.c, pooling and BatchNorm bit for bit (check_layers.c),
-** the convolutions within the bounds of check_conv.c. Each device result is computed twice and must be the same bits both times. One line per operation and dtype
-** combination, "op  shapes  max-err  bound  ok|FAIL", then a summary and a digest of every device
-** result (equal digests across runs of one seed: run-to-run determinism across processes).
+** the convolutions within the bounds of check_conv.c. Each device result is computed twice and
+** must be the same bits both times. One line per operation and dtype combination,
+** "op  shapes  max-err  bound  ok|FAIL", then a summary and a digest of every device result
+** (equal digests across runs of one seed: run-to-run determinism across processes).
 **
 **   check_ops DEVICE [--full] [--seed=N] [--only=OP[,OP...]] [--perturb=OP] [--sample-above=N]
 **

@@ -43,9 +43,9 @@ cudaStream_t lamp_cuda_stream(void);
 */
 lamp_status lamp_cuda_scratch(size_t bytes, void **out);
 
-/* Fills every kernel slot of the table (gemm .. apply_mask); the runtime side calls it once
-   while building the table at open. Coarse layer operations stay NULL until the convolution work
-   fills them. */
+/* Fills every kernel slot of the table (gemm .. apply_mask) and the coarse layer operations
+   (pooling, BatchNorm, the cuDNN convolutions); the runtime side calls it once while building the
+   table at open. */
 void lamp_cuda_fill_kernels(lamp_backend *b);
 
 #ifdef __cplusplus
