@@ -49,6 +49,12 @@
 #      and its mpi/env.sh (sourced here, before any stage) points Open MPI and PMIx at that copy
 #      (OPAL_*, PMIX_*), puts it first on PATH and LD_LIBRARY_PATH and selects ob1 over self and
 #      vader. Without a GPU: two ranks train 1280 samples on the CPU over the same MPI (smoke)
+#   k  (issue #17) 3 epochs of scripts/fmnist_resnet.lua on the GPU under fp32 and bf16, each
+#      >= 89.5 % (cuDNN convolutions, lamp's BatchNorm and pooling kernels)
+#   l  (issue #17) the ResNet's throughput against PyTorch eager (cuDNN) at batch 128 and 512, fp32
+#      (no TF32 either side) and bf16 autocast: lamp >= 1.0x PyTorch at each, lamp bf16 >= 1.3x
+#      lamp fp32 at 512 (gpu_mlp.lua --model=resnet and torch_gpu_mlp.py --model resnet); lamp
+#      captures no CUDA graph yet
 #   libnccl.so.2 for h and i: $LAMP_NCCL_LIBRARY, else the dynamic loader's, the toolkit's, or the
 #   one in the Python environment's nvidia wheels (exported as LAMP_NCCL_LIBRARY).
 #
@@ -72,7 +78,7 @@ bundle="$repo/gpu-bundle/lamp-gpu-bundle.tar.xz"
 tree=0
 root=""
 rebuild=0
-stages="a,b,c,d,e,f,g,h,i,j"
+stages="a,b,c,d,e,f,g,h,i,j,k,l"
 budget=470
 reference_out=""
 build_dir=""
@@ -100,7 +106,7 @@ for a in "$@"; do
   esac
 done
 [[ $budget =~ ^[0-9]+$ ]] || { echo "gpu-check: --budget must be whole seconds, got $budget" >&2; usage; }
-[[ $stages =~ ^[a-j](,[a-j])*$ ]] || { echo "gpu-check: --stages takes letters a-j separated by commas, got $stages" >&2; usage; }
+[[ $stages =~ ^[a-l](,[a-l])*$ ]] || { echo "gpu-check: --stages takes letters a-l separated by commas, got $stages" >&2; usage; }
 
 umask 022
 started=$SECONDS
@@ -740,6 +746,88 @@ if want j "j mpi 2 ranks on 1 GPU"; then
     fi
     if [[ $rc == 0 && $judged == ok ]]; then row "j mpi 2 ranks on 1 GPU" ok $((SECONDS - t0)) "$detail"
     else row "j mpi 2 ranks on 1 GPU" FAIL $((SECONDS - t0)) "$detail"; tail_log j-two-ranks 12; fi
+  fi
+fi
+
+# k: the small ResNet (cuDNN convolutions, lamp's BatchNorm and pooling kernels) trains on the GPU.
+resnet_run() { # DEVICE PRECISION NAME LIMIT [ARGS...] -> the accuracy
+  local device=$1 p=$2 name=$3 limit=$4
+  shift 4
+  (cd "$root" && run_stage "$name" "$limit" "$lamp" scripts/fmnist_resnet.lua --device="$device" --precision="$p" "$@")
+  local rc=$?
+  accuracy_of "$name"
+  return $rc
+}
+if want k "k resnet accuracy"; then
+  t0=$SECONDS
+  if [[ $gpu == 0 ]]; then
+    # No GPU: one short epoch on the CPU, to prove the script and the bundle's ResNet path.
+    acc=$(resnet_run cpu fp32 resnet-cpu-smoke 90 --epochs=1 --limit=1280)
+    rc=$?
+    if [[ $rc == 0 && $acc =~ ^[0-9.]+$ ]]; then row "k resnet (cpu smoke)" ok $((SECONDS - t0)) "1280 samples, 1 epoch: $acc %"
+    else row "k resnet (cpu smoke)" FAIL $((SECONDS - t0)) "exit $rc, accuracy ${acc:--}"; tail_log resnet-cpu-smoke 8; fi
+    skip_no_gpu "k resnet accuracy"
+  else
+    # 3 epochs under fp32 and bf16, each >= 89.5 % (the CPU reaches 89.8 % and 90.0 %).
+    ok=1 detail=""
+    for p in fp32 bf16; do
+      acc=$(resnet_run cuda "$p" "resnet-cuda-$p" 180 --epochs=3)
+      judged=$(awk -v a="$acc" 'BEGIN { if (a !~ /^[0-9.]+$/) print "no accuracy"; else if (a + 0 < 89.5) print "below 89.5"; else print "ok" }')
+      [[ $judged == ok ]] || { ok=0; tail_log "resnet-cuda-$p" 8; }
+      detail+="$p ${acc:--} %: $judged; "
+    done
+    if [[ $ok == 1 ]]; then row "k resnet accuracy" ok $((SECONDS - t0)) "3 epochs: ${detail%; }"
+    else row "k resnet accuracy" FAIL $((SECONDS - t0)) "3 epochs: ${detail%; }"; fi
+  fi
+fi
+
+# l: the ResNet's throughput against PyTorch eager (cuDNN) at batch 128 and 512, fp32 (no TF32 on
+# either side) and bf16 autocast. lamp captures no CUDA graph yet: these are eager against eager.
+if want l "l resnet throughput"; then
+  t0=$SECONDS
+  python=${PYTHON:-python3}
+  if [[ $gpu == 0 ]]; then
+    (cd "$root" && run_stage resnet-sps-cpu-smoke 60 "$lamp" scripts/bench/gpu_mlp.lua --model=resnet --device=cpu --steps=3 --warmup=1)
+    rc=$?
+    if [[ $rc == 0 && -n $(sps_of resnet-sps-cpu-smoke) ]]; then
+      row "l resnet sps (cpu smoke)" ok $((SECONDS - t0)) "gpu_mlp.lua --model=resnet --device=cpu: $(sps_of resnet-sps-cpu-smoke) samples/s"
+    else row "l resnet sps (cpu smoke)" FAIL $((SECONDS - t0)) "exit $rc"; tail_log resnet-sps-cpu-smoke 8; fi
+    skip_no_gpu "l resnet throughput"
+  elif ! LD_LIBRARY_PATH=$python_libpath "$python" -c 'import torch' 2>/dev/null; then
+    row "l resnet throughput" skip 0 "$python has no torch"
+  else
+    declare -A rsps
+    for batch in 128 512; do
+      for p in fp32 bf16; do
+        (cd "$root" && run_stage "lamp-resnet-$batch-$p" 60 "$lamp" scripts/bench/gpu_mlp.lua --model=resnet --device=cuda \
+          --precision="$p" --batch="$batch" --steps=100 --warmup=10)
+        rsps[lamp-$batch-$p]=$(sps_of "lamp-resnet-$batch-$p")
+        LD_LIBRARY_PATH=$python_libpath run_stage "torch-resnet-$batch-$p" 60 "$python" "$scripts/bench/torch_gpu_mlp.py" \
+          --model resnet --precision "$p" --batch "$batch" --steps 100 --warmup 10
+        rsps[torch-$batch-$p]=$(sps_of "torch-resnet-$batch-$p")
+      done
+    done
+    rratio() { awk -v a="${rsps[$1]:-0}" -v b="${rsps[$2]:-0}" 'BEGIN { if (a > 0 && b > 0) printf "%.2f", a / b; else print "n/a" }'; }
+    echo "resnet throughput (samples/s)   lamp      torch   lamp/torch"
+    for batch in 128 512; do
+      for p in fp32 bf16; do
+        printf '  %-4s %-5s %16s %10s %8sx\n' "$batch" "$p" "${rsps[lamp-$batch-$p]:-n/a}" "${rsps[torch-$batch-$p]:-n/a}" \
+          "$(rratio "lamp-$batch-$p" "torch-$batch-$p")"
+      done
+    done
+    misses=() detail=""
+    for batch in 128 512; do
+      for p in fp32 bf16; do
+        r=$(rratio "lamp-$batch-$p" "torch-$batch-$p")
+        detail+="$batch $p ${r}x; "
+        awk -v r="$r" 'BEGIN { exit !(r != "n/a" && r + 0 >= 1.0) }' || misses+=("$batch $p lamp/torch ${r}x < 1.0x")
+      done
+    done
+    r_bf=$(rratio lamp-512-bf16 lamp-512-fp32)
+    awk -v r="$r_bf" 'BEGIN { exit !(r != "n/a" && r + 0 >= 1.3) }' || misses+=("512 bf16/fp32 ${r_bf}x < 1.3x")
+    detail="lamp/torch ${detail%; }; lamp 512 bf16/fp32 ${r_bf}x; no graph capture"
+    if ((${#misses[@]} == 0)); then row "l resnet throughput" ok $((SECONDS - t0)) "$detail"
+    else row "l resnet throughput" MISS $((SECONDS - t0)) "$detail; below target: $(IFS=';'; echo "${misses[*]}")"; fi
   fi
 fi
 # }======================================================

@@ -14,7 +14,7 @@ if command -v nvidia-smi >/dev/null && nvidia-smi -L >/dev/null 2>&1; then
   echo "SKIP: this machine has a GPU; scripts/gpu-check.sh runs the GPU stages here"
   exit 77
 fi
-out=$(OUT='' "$src/scripts/gpu-check.sh" --tree --build="$build" --stages=b,c,d,e,f,g,h,i,j 2>&1)
+out=$(OUT='' "$src/scripts/gpu-check.sh" --tree --build="$build" --stages=b,c,d,e,f,g,h,i,j,k,l 2>&1)
 rc=$?
 echo "$out"
 fail=0
@@ -33,7 +33,11 @@ expect '^j mpi 2 ranks on 1 GPU +\| skip +\|'
 if command -v mpirun >/dev/null && [[ -f $build/plugins/comm/mpi.so ]]; then
   expect '^j mpi \(cpu smoke\) +\| ok +\| +[0-9]+s \| 2 ranks, 1280 samples: [0-9.]+ % via '
 fi
-for s in 'c memcheck' 'e fmnist accuracy' 'f resume across' 'g throughput'; do expect "^$s +\| skip +\|"; done
+expect '^k resnet \(cpu smoke\) +\| ok +\| +[0-9]+s \| 1280 samples, 1 epoch: [0-9.]+ %'
+expect '^l resnet sps \(cpu smoke\) +\| ok '
+for s in 'c memcheck' 'e fmnist accuracy' 'f resume across' 'g throughput' 'k resnet accuracy' 'l resnet throughput'; do
+  expect "^$s +\| skip +\|"
+done
 expect '^verdict: PASS in [0-9]+ s; skipped: .*\(no GPU: '
 bundle=$src/gpu-bundle/lamp-gpu-bundle.tar.xz
 if [[ -f $bundle ]]; then
