@@ -113,10 +113,14 @@ if command -v mpirun >/dev/null && [[ -f "$(dirname "$lamp")/plugins/comm/mpi.so
     mkdir -p "$d"
     LAMP_BIN="$lamp" "$src/scripts/lamp-run" -n 2 "$run" --net=$net --precision=bf16 --accum=2 --limit=256 --steps=6 \
       --save="$d/cpu.lamp" >"$d/cpu.log" 2>&1
-    check "mpi-$net: 2 ranks on the cpu" $?
+    status=$?
+    check "mpi-$net: 2 ranks on the cpu" $status
+    [[ $status -eq 0 ]] || tail -n 20 "$d/cpu.log" # a rare failure here must say why
     LAMP_BIN="$lamp_sim" "$src/scripts/lamp-run" -n 2 "$run" --device=sim --net=$net --precision=bf16 --accum=2 \
       --limit=256 --steps=6 --save="$d/sim.lamp" >"$d/sim.log" 2>&1
-    check "mpi-$net: 2 ranks on the sim" $?
+    status=$?
+    check "mpi-$net: 2 ranks on the sim" $status
+    [[ $status -eq 0 ]] || tail -n 20 "$d/sim.log"
     grep -q "comm: mpi" "$d/sim.log"
     check "mpi-$net: the mpi communicator ran" $?
     same "mpi-$net" "$d/cpu.lamp" "$d/sim.lamp" "$d/cpu.log" "$d/sim.log"
