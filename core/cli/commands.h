@@ -11,10 +11,6 @@ int lamp_cmd_plugin_info(const char *path);
 /* Every device kind: available with its devices, or why not (devices_cmd.c). */
 int lamp_cmd_devices(void);
 
-/* Under scripts/lamp-run, writes this rank's exit status where the launcher reads it
-   (LAMP_RUN_STATUS_DIR/<rank>); nothing otherwise (run_status.c). */
-void lamp_cli_report_status(int status);
-
 /* Re-executes once with a faster OpenBLAS kernel where the library misdetects the CPU. */
 void lamp_cli_tune_blas(char **argv);
 

@@ -58,7 +58,6 @@ int lamp_cmd_run_script(const char *script, int argc, char **argv) {
     return 1;
   }
   int status = run(L, script, argc, argv);
-  lamp_cli_report_status(status); /* before the plugins, MPI among them, close */
   lua_close(L); /* runs every finaliser: plugins close, memory returns to the ledger */
   lamp_backend_release_workspace(); /* the main thread's GEMM workspace, which no thread exit frees */
   return status;
