@@ -3,8 +3,8 @@
 #
 #   bench_args NAME "$@"   parses --repeat=N and --epochs=E into $repeat and $epochs
 #   bench_torch NAME       sets $ref, the PyTorch twin of the recipe given by LAMP_TORCH_REF (a
-#                          script outside this repository; its default suits the developers'
-#                          machines), and $python (PYTHON), or stops naming what is missing
+#                          script outside this repository, which must be named), and $python
+#                          (PYTHON), or stops naming what is missing
 #   bench_core LAMP        prints the OpenBLAS core that `LAMP --version` reports
 #   keep NAME SPS          records a run: best[NAME] the highest over the repeats, cur[NAME] this
 #                          repeat's; a run that printed nothing stops the benchmark, naming it
@@ -25,8 +25,9 @@ bench_args() {
 }
 
 bench_torch() {
-  ref=${LAMP_TORCH_REF:-../shared/reference/torch/train_ref.py}
+  ref=${LAMP_TORCH_REF:-}
   python=${PYTHON:-/usr/bin/python3}
+  [[ -n "$ref" ]] || { echo "$1: LAMP_TORCH_REF is not set (the PyTorch twin of the recipe to compare with)" >&2; exit 1; }
   [[ -f "$ref" ]] || { echo "$1: PyTorch reference script not found: $ref (set LAMP_TORCH_REF)" >&2; exit 1; }
 }
 
