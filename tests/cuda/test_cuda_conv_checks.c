@@ -3,8 +3,8 @@
 ** its refusals are the CPU's (status and words), an empty batch touches neither cuDNN nor the
 ** device where nothing is due, a missing libcudnn is named, an installed one is opened and its
 ** first GPU call's error is cuDNN's own, the engine filter keeps only what lamp's numerics
-** allow, and the plan cache finds, fills and evicts its ways. The runtime side is stubbed as in test_cuda_kernel_checks.c; no call here touches
-** device memory.
+** allow, and the plan cache finds, fills and evicts its ways. The runtime side is stubbed
+** (runtime_stub.c); no call here touches device memory.
 */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -23,32 +23,7 @@
 #include "backend/cuda/kernels.h"
 #include "base/error.h"
 
-/* ---- the runtime side, stubbed --------------------------------------------------------------- */
-
-static lamp_status stub_error(lamp_status code, const char *fmt, ...) {
-  va_list ap;
-  va_start(ap, fmt);
-  lamp_status s = lamp_verror(code, fmt, ap);
-  va_end(ap);
-  return s;
-}
-
-static const lamp_backend_services services = {.struct_size = sizeof services,
-                                               .version = LAMP_BACKEND_MODULE_VERSION,
-                                               .backend_size = sizeof(lamp_backend),
-                                               .error = stub_error};
-const lamp_backend_services *lamp_cuda_svc = &services;
-
-lamp_status lamp_cuda_status(cudaError_t err, const char *what) {
-  if (err == cudaSuccess) return LAMP_OK;
-  return stub_error(LAMP_ERR_SYSTEM, "cuda: %s: %s: %s", what, cudaGetErrorName(err), cudaGetErrorString(err));
-}
-
-lamp_status lamp_cuda_launched(const char *op) { return lamp_cuda_status(cudaGetLastError(), op); }
-
-cudaStream_t lamp_cuda_stream(void) { return NULL; }
-
-lamp_status lamp_cuda_scratch(size_t bytes, void **out) { return lamp_cuda_status(cudaMalloc(out, bytes), "scratch"); }
+/* The runtime side is stubbed (runtime_stub.c). */
 
 /* ---- calls ------------------------------------------------------------------------------------ */
 

@@ -3,7 +3,7 @@
 ** refuses bad arguments with the CPU backend's status and exact message (the same call on
 ** LAMP_CPU and on the slot), does nothing for empty work, and, on a machine without a driver,
 ** reports CUDA's own error for a launch, cuBLAS's for a GEMM and the runtime's for the fault
-** record. The runtime side (module.c, ...) is replaced by the stub below, so this links only
+** record. The runtime side (module.c, ...) is replaced by runtime_stub.c, so this links only
 ** the kernel side's sources; no call here touches device memory.
 */
 #include <setjmp.h>
@@ -20,32 +20,7 @@
 #include "backend/cuda/kernels.h"
 #include "base/error.h"
 
-/* ---- the runtime side, stubbed --------------------------------------------------------------- */
-
-static lamp_status stub_error(lamp_status code, const char *fmt, ...) {
-  va_list ap;
-  va_start(ap, fmt);
-  lamp_status s = lamp_verror(code, fmt, ap);
-  va_end(ap);
-  return s;
-}
-
-static const lamp_backend_services services = {.struct_size = sizeof services,
-                                               .version = LAMP_BACKEND_MODULE_VERSION,
-                                               .backend_size = sizeof(lamp_backend),
-                                               .error = stub_error};
-const lamp_backend_services *lamp_cuda_svc = &services;
-
-lamp_status lamp_cuda_status(cudaError_t err, const char *what) {
-  if (err == cudaSuccess) return LAMP_OK;
-  return stub_error(LAMP_ERR_SYSTEM, "cuda: %s: %s: %s", what, cudaGetErrorName(err), cudaGetErrorString(err));
-}
-
-lamp_status lamp_cuda_launched(const char *op) { return lamp_cuda_status(cudaGetLastError(), op); }
-
-cudaStream_t lamp_cuda_stream(void) { return NULL; }
-
-lamp_status lamp_cuda_scratch(size_t bytes, void **out) { return lamp_cuda_status(cudaMalloc(out, bytes), "scratch"); }
+/* The runtime side is stubbed (runtime_stub.c). */
 
 /* ---- the same refusal on both ----------------------------------------------------------------- */
 
