@@ -13,6 +13,7 @@
 #include "backend/backend_impl.h"
 #include "backend/load.h"
 #include "base/error.h"
+#include "base/launcher.h"
 #include "base/log.h"
 
 static const lamp_backend *backends[LAMP_DEVICE_SLOTS] = {[LAMP_CPU] = &lamp_cpu_backend};
@@ -33,19 +34,6 @@ lamp_status lamp_backend_register(lamp_device device, const lamp_backend *backen
   return st;
 }
 
-/* The rank among those a launcher started on this host, from its environment (Open MPI, MPICH and
-   Hydra, torchrun, Slurm); -1 outside a launcher. */
-static int launcher_local_rank(void) {
-  static const char *const vars[] = {"OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID", "LOCAL_RANK", "SLURM_LOCALID"};
-  for (size_t i = 0; i < sizeof vars / sizeof vars[0]; i++) {
-    const char *v = getenv(vars[i]);
-    char *end;
-    long n = v != NULL && v[0] != '\0' ? strtol(v, &end, 10) : -1;
-    if (v != NULL && v[0] != '\0' && *end == '\0' && n >= 0 && n < 1 << 20) return (int)n;
-  }
-  return -1;
-}
-
 static int chose_for_rank[LAMP_DEVICE_SLOTS];
 
 /*
@@ -55,7 +43,7 @@ static int chose_for_rank[LAMP_DEVICE_SLOTS];
 */
 static void choose_for_local_rank(lamp_device device, const lamp_backend *b) {
   chose_for_rank[device] = 1;
-  int rank = launcher_local_rank(), count = b->count != NULL ? b->count() : 0;
+  int rank = lamp_launcher_local_rank(), count = b->count != NULL ? b->count() : 0;
   if (rank <= 0 || count <= 1) return;
   int ordinal = rank % count;
   if (b->select != NULL && b->select(ordinal) != LAMP_OK) return; /* stays at 0; the refusal is recorded */

@@ -1,5 +1,7 @@
 #include "base/log.h"
 
+#include "base/launcher.h"
+
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -45,12 +47,8 @@ void lamp_log_set_rank(int rank) { this_rank = rank; }
 */
 static int current_rank(void) {
   if (this_rank >= 0) return this_rank;
-  static const char *const vars[] = {"OMPI_COMM_WORLD_RANK", "PMIX_RANK", "PMI_RANK", "RANK"};
-  for (size_t i = 0; i < sizeof vars / sizeof vars[0]; i++) {
-    const char *v = getenv(vars[i]);
-    if (v != NULL && v[0] != '\0') return atoi(v);
-  }
-  return 0;
+  int rank = lamp_launcher_rank();
+  return rank >= 0 ? rank : 0;
 }
 
 int lamp_log_get_rank(void) { return current_rank(); }

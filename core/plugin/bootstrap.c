@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "base/error.h"
+#include "base/launcher.h"
 #include "base/log.h"
 #include "plugin/bootstrap.h"
 #include "plugin/instance.h"
@@ -187,16 +188,6 @@ lamp_status lamp_bootstrap_open_file(lamp_bootstrap **out, const char *dir, cons
   return st == LAMP_OK ? finish_open(out, &t, timeout_s) : st;
 }
 
-/* The variable that says "launched by mpirun", as the mpi plugin's probe reads them. */
-static const char *mpi_launch(void) {
-  static const char *const vars[] = {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_RANK"};
-  for (size_t i = 0; i < sizeof vars / sizeof vars[0]; i++) {
-    const char *v = getenv(vars[i]);
-    if (v != NULL && v[0] != '\0') return vars[i];
-  }
-  return NULL;
-}
-
 static lamp_status open_over_mpi(lamp_boot_transport *t, const char *var) {
   lamp_comm *mpi = NULL;
   lamp_status st = lamp_comm_open(&mpi, "mpi", NULL, 0);
@@ -264,7 +255,7 @@ lamp_status lamp_bootstrap_open(lamp_bootstrap **out, double timeout_s) {
   *out = NULL;
   lamp_boot_transport t;
   memset(&t, 0, sizeof t);
-  const char *var = mpi_launch();
+  const char *var = lamp_launcher_mpi_var();
   lamp_status st = LAMP_OK;
   if (var != NULL) {
     st = open_over_mpi(&t, var);
