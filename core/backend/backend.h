@@ -30,6 +30,7 @@
 /* What a backend can do beyond the operations it fills in. */
 #define LAMP_CAP_NATIVE_16BIT_GEMM 0x1u /* lamp_gemm reads 16-bit inputs natively (else it widens) */
 #define LAMP_CAP_HOST_VIEW 0x2u         /* its memory has a host address (lamp_device_host_view) */
+#define LAMP_CAP_GRAPHS 0x4u            /* it records work as a graph and replays it (lamp_graph_begin) */
 
 /* {======================================================
 ** Devices, copies and ordering
@@ -113,6 +114,36 @@ void *lamp_device_stream(lamp_device device);
 /* The workspaces the backends keep between calls for work this thread issued (widened 16-bit
    GEMM operands, staging) are handed back now rather than at thread exit. */
 void lamp_backend_release_workspace(void);
+
+/* }====================================================== */
+
+/* {======================================================
+** Graphs: queued work recorded once and replayed (CUDA Graphs)
+** ======================================================= */
+
+/*
+** Between lamp_graph_begin and lamp_graph_end, the work queued on `device` is recorded instead of
+** run. lamp_graph_launch queues the recorded work again, with the arguments it was recorded with
+** (the same pointers, sizes and scalars), as often as asked, in order with the device's other
+** work; a replay runs no host code, so whatever the host decided while recording holds for every
+** replay. Devices with LAMP_CAP_GRAPHS only.
+**
+** While recording, what a replay could not repeat is refused, with an error naming it: allocating
+** device memory, anything that waits for the device (lamp_synchronize, a blocking copy, an event
+** record or wait) and lamp_upload_async (the host data would not be read again). Memory freed
+** while recording is freed when recording ends. lamp_graph_end always ends the recording; after a
+** refusal it returns that first refusal's status and message, drops what was recorded (none of it
+** ran) and leaves *out NULL.
+**
+** The graph reads and writes the memory it was recorded with: it may be launched only while that
+** memory is still allocated, in place (tensor/ledger.h's lamp_ledger_changes tells whether any
+** device memory was allocated or freed since).
+*/
+typedef struct lamp_graph lamp_graph;
+lamp_status lamp_graph_begin(lamp_device device);
+lamp_status lamp_graph_end(lamp_device device, lamp_graph **out);
+lamp_status lamp_graph_launch(lamp_graph *graph);
+void lamp_graph_free(lamp_graph *graph); /* NULL is a no-op; replays already queued still run */
 
 /* }====================================================== */
 

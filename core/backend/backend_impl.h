@@ -82,6 +82,12 @@ typedef struct lamp_backend {
   lamp_status (*select)(int ordinal);
   /* What device `ordinal` is (lamp_device_info, backend.h). NULL: its name only. */
   lamp_status (*describe)(int ordinal, lamp_device_info *out);
+
+  /* {==== graphs (with LAMP_CAP_GRAPHS; backend.h's lamp_graph_begin) ====} */
+  lamp_status (*graph_begin)(void);
+  lamp_status (*graph_end)(void **graph); /* *graph NULL on failure */
+  lamp_status (*graph_launch)(void *graph);
+  void (*graph_free)(void *graph);
 } lamp_backend;
 
 /*

@@ -120,6 +120,56 @@ void *lamp_device_stream(lamp_device device) {
 /* }====================================================== */
 
 /* {======================================================
+** Graphs
+** ======================================================= */
+
+struct lamp_graph {
+  const lamp_backend *backend;
+  void *handle;
+};
+
+/* The backend of `device` when it records graphs; else NULL, the error naming op and device. */
+static const lamp_backend *with_graphs(lamp_device device, const char *op) {
+  const lamp_backend *b = lamp_backend_get(device, op);
+  if (b == NULL) return NULL;
+  if ((b->caps & LAMP_CAP_GRAPHS) && b->graph_begin != NULL) return b;
+  lamp_error(LAMP_ERR_UNSUPPORTED, "%s: device %s does not record graphs", op, b->memory.name);
+  return NULL;
+}
+
+lamp_status lamp_graph_begin(lamp_device device) {
+  const lamp_backend *b = with_graphs(device, "graph_begin");
+  return b != NULL ? b->graph_begin() : LAMP_ERR_UNSUPPORTED;
+}
+
+lamp_status lamp_graph_end(lamp_device device, lamp_graph **out) {
+  *out = NULL;
+  const lamp_backend *b = with_graphs(device, "graph_end");
+  if (b == NULL) return LAMP_ERR_UNSUPPORTED;
+  void *handle = NULL;
+  lamp_status st = b->graph_end(&handle);
+  if (st != LAMP_OK) return st;
+  lamp_graph *g = malloc(sizeof *g);
+  if (g == NULL) {
+    b->graph_free(handle);
+    return lamp_error(LAMP_ERR_SYSTEM, "graph_end: out of memory");
+  }
+  *g = (lamp_graph){b, handle};
+  *out = g;
+  return LAMP_OK;
+}
+
+lamp_status lamp_graph_launch(lamp_graph *graph) { return graph->backend->graph_launch(graph->handle); }
+
+void lamp_graph_free(lamp_graph *graph) {
+  if (graph == NULL) return;
+  graph->backend->graph_free(graph->handle);
+  free(graph);
+}
+
+/* }====================================================== */
+
+/* {======================================================
 ** Kernels
 ** ======================================================= */
 

@@ -1,6 +1,7 @@
 #include "tensor/ledger.h"
 
 #include <stdatomic.h>
+#include <stdint.h>
 
 #include "tensor/memory.h"
 
@@ -9,6 +10,7 @@
 #define SLOTS (LAMP_MEM_TAG_COUNT + 1)
 static _Atomic size_t current_bytes[LAMP_DEVICE_SLOTS][SLOTS];
 static _Atomic size_t peak_bytes[LAMP_DEVICE_SLOTS][SLOTS];
+static _Atomic uint64_t changes[LAMP_DEVICE_SLOTS];
 
 static int valid(lamp_device device, lamp_mem_tag tag, int total_allowed) {
   return (unsigned)device < LAMP_DEVICE_SLOTS && (unsigned)tag < (unsigned)(LAMP_MEM_TAG_COUNT + total_allowed);
@@ -22,6 +24,7 @@ static void raise_peak(_Atomic size_t *peak, size_t now) {
 
 void lamp_ledger_add(lamp_device device, lamp_mem_tag tag, size_t bytes) {
   if (!valid(device, tag, 0)) return;
+  atomic_fetch_add(&changes[device], 1);
   _Atomic size_t *cur = current_bytes[device], *peak = peak_bytes[device];
   raise_peak(&peak[tag], atomic_fetch_add(&cur[tag], bytes) + bytes);
   raise_peak(&peak[LAMP_MEM_TAG_COUNT], atomic_fetch_add(&cur[LAMP_MEM_TAG_COUNT], bytes) + bytes);
@@ -29,8 +32,13 @@ void lamp_ledger_add(lamp_device device, lamp_mem_tag tag, size_t bytes) {
 
 void lamp_ledger_sub(lamp_device device, lamp_mem_tag tag, size_t bytes) {
   if (!valid(device, tag, 0)) return;
+  atomic_fetch_add(&changes[device], 1);
   atomic_fetch_sub(&current_bytes[device][tag], bytes);
   atomic_fetch_sub(&current_bytes[device][LAMP_MEM_TAG_COUNT], bytes);
+}
+
+uint64_t lamp_ledger_changes(lamp_device device) {
+  return (unsigned)device < LAMP_DEVICE_SLOTS ? atomic_load(&changes[device]) : 0;
 }
 
 lamp_ledger_entry lamp_ledger_get(lamp_device device, lamp_mem_tag tag) {

@@ -22,6 +22,11 @@ void lamp_ledger_sub(lamp_device device, lamp_mem_tag tag, size_t bytes);
 /* Per device and tag; tag == LAMP_MEM_TAG_COUNT gives the device's total over all tags. */
 lamp_ledger_entry lamp_ledger_get(lamp_device device, lamp_mem_tag tag);
 
+/* How many times memory of `device` was charged or returned so far (every add and sub): unchanged
+   between two readings, no block of that device was allocated or freed in between, so memory
+   recorded into a graph (backend.h) is still where it was. */
+uint64_t lamp_ledger_changes(lamp_device device);
+
 /* Sets every peak, on every device, to its current value (start of a measured phase). */
 void lamp_ledger_reset_peaks(void);
 

@@ -43,6 +43,12 @@ cudaStream_t lamp_cuda_stream(void);
 */
 lamp_status lamp_cuda_scratch(size_t bytes, void **out);
 
+/* Whether the stream is being captured into a graph (graph.c), and LAMP_OK unless it is: then the
+   error "cuda: <what> while a graph is being captured (...)", which also fails the capture. What
+   a replay could not repeat (an allocation, a wait, a copy from host memory) asks first. */
+int lamp_cuda_capturing(void);
+lamp_status lamp_cuda_refuse_in_capture(const char *what);
+
 /* Fills every kernel slot of the table (gemm .. apply_mask) and the coarse layer operations
    (pooling, BatchNorm, the cuDNN convolutions); the runtime side calls it once while building the
    table at open. */

@@ -18,9 +18,13 @@
 ** same), and a C it cannot write (fp32 operands with a 16-bit C, fp16 with bf16, bf16 with fp16)
 ** is computed in fp32 and rounded once into C, as the CPU does.
 **
-** Determinism: one handle on one stream, with cuBLAS's default workspace and atomics mode
-** (not allowed), gives the same bits on every run on the same GPU and toolkit (cuBLAS's
+** Determinism: one handle on one stream, with a workspace of fixed size and the default atomics
+** mode (not allowed), gives the same bits on every run on the same GPU and toolkit (cuBLAS's
 ** reproducibility guarantee holds for a single active stream, which is the module's design).
+**
+** The workspace is the module's own, of the size cuBLAS's documentation recommends (32 MiB from
+** Hopper on, 4 MiB before), charged to the ledger: left to itself, cuBLAS allocates one inside
+** each graph capture (graph.c), which a replayed step must not do.
 */
 #include <cublas_v2.h>
 #include <limits.h>
@@ -30,11 +34,38 @@
 
 static cublasHandle_t handle;
 static cudaStream_t handle_stream;
+static void *workspace;
+static size_t workspace_bytes;
 
 static lamp_status cublas_status(cublasStatus_t st, const char *what) {
   if (st == CUBLAS_STATUS_SUCCESS) return LAMP_OK;
   return lamp_cuda_svc->error(LAMP_ERR_SYSTEM, "cuda: gemm: %s: %s: %s", what, cublasGetStatusName(st),
                               cublasGetStatusString(st));
+}
+
+static void workspace_release(void) {
+  if (workspace == NULL) return;
+  cudaFreeAsync(workspace, lamp_cuda_stream()); /* in stream order: GEMMs queued before still have it */
+  lamp_cuda_svc->ledger_sub(LAMP_CUDA, LAMP_MEM_WORKSPACE, workspace_bytes);
+  workspace = NULL;
+  workspace_bytes = 0;
+}
+
+/* The handle's workspace, made with it; cublasSetStream forgets it, so it is set after each. */
+static lamp_status set_workspace(void) {
+  if (workspace == NULL) {
+    int device = 0, major = 0;
+    size_t bytes = (size_t)4 << 20;
+    if (cudaGetDevice(&device) == cudaSuccess &&
+        cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) == cudaSuccess && major >= 9)
+      bytes = (size_t)32 << 20;
+    lamp_status s = lamp_cuda_refuse_in_capture("allocating cuBLAS's workspace");
+    if (s == LAMP_OK) s = lamp_cuda_status(cudaMallocAsync(&workspace, bytes, lamp_cuda_stream()), "gemm: cuBLAS's workspace");
+    if (s != LAMP_OK) return s;
+    workspace_bytes = bytes;
+    lamp_cuda_svc->ledger_add(LAMP_CUDA, LAMP_MEM_WORKSPACE, bytes);
+  }
+  return cublas_status(cublasSetWorkspace(handle, workspace, workspace_bytes), "cublasSetWorkspace");
 }
 
 /* The handle, made on the first GEMM and bound to the core's stream. */
@@ -56,6 +87,7 @@ static lamp_status get_handle(void) {
   cudaStream_t stream = lamp_cuda_stream();
   if (stream != handle_stream) {
     lamp_status s = cublas_status(cublasSetStream(handle, stream), "cublasSetStream");
+    if (s == LAMP_OK) s = set_workspace();
     if (s != LAMP_OK) return s;
     handle_stream = stream;
   }
@@ -64,6 +96,7 @@ static lamp_status get_handle(void) {
 
 void lamp_cuda_gemm_release(void) {
   if (handle != NULL) cublasDestroy(handle);
+  workspace_release();
   handle = NULL;
   handle_stream = NULL;
 }

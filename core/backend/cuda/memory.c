@@ -35,7 +35,8 @@ static cudaError_t take(void **p, size_t bytes) {
 /* NULL with the error set; out of memory names the bytes asked for. */
 static void *take_or_say(size_t bytes, const char *what) {
   void *p = NULL;
-  if (lamp_cuda_activate() != LAMP_OK) return NULL;
+  if (lamp_cuda_activate() != LAMP_OK || lamp_cuda_refuse_in_capture("allocating device memory") != LAMP_OK)
+    return NULL;
   cudaError_t err = take(&p, bytes ? bytes : 1); /* a block of 0 bytes would be NULL: a failure */
   if (err == cudaErrorMemoryAllocation) {
     (void)cudaGetLastError();
@@ -51,7 +52,7 @@ void *lamp_cuda_alloc(size_t bytes) { return take_or_say(bytes, "a tensor"); }
 /* Errors here have no caller to go to (a free cannot fail); they are logged, not recorded, so a
    cleanup after a failure does not replace that failure's message. */
 void lamp_cuda_free(void *ptr) {
-  if (ptr == NULL) return;
+  if (ptr == NULL || lamp_cuda_hold_free(ptr)) return;
   cudaError_t err = cudaFreeAsync(ptr, lamp_cuda_stream());
   if (err != cudaSuccess) {
     (void)cudaGetLastError();

@@ -13,7 +13,7 @@
    cuBLAS handle and fault record (kernels.h), made again on the next use. The stream is drained
    first so that no kernel still writes a fault into the record being freed. */
 static void release_workspace(void) {
-  if (!lamp_cuda_is_active()) return;
+  if (!lamp_cuda_is_active() || lamp_cuda_capturing()) return;
   if (lamp_cuda_synchronize() != LAMP_OK) return; /* failed work: keep everything it may still touch */
   lamp_cuda_kernels_release();
   lamp_cuda_memory_release();
@@ -46,7 +46,12 @@ lamp_status lamp_backend_module_open(const lamp_backend_services *svc, const lam
       .release_workspace = release_workspace,
       .select = lamp_cuda_select,
       .describe = lamp_cuda_describe,
+      .graph_begin = lamp_cuda_graph_begin,
+      .graph_end = lamp_cuda_graph_end,
+      .graph_launch = lamp_cuda_graph_launch,
+      .graph_free = lamp_cuda_graph_free,
   };
+  table.caps |= LAMP_CAP_GRAPHS;
   lamp_cuda_fill_kernels(&table); /* with the caps its GEMM has */
   *out = &table;
   return LAMP_OK;

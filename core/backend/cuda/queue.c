@@ -37,6 +37,8 @@ static lamp_status waited(cudaError_t err, const char *what) {
 
 lamp_status lamp_cuda_synchronize(void) {
   if (!lamp_cuda_is_active()) return LAMP_OK; /* nothing was ever queued */
+  lamp_status st = lamp_cuda_refuse_in_capture("synchronize");
+  if (st != LAMP_OK) return st;
   return waited(cudaStreamSynchronize(stream), "synchronize");
 }
 
@@ -44,6 +46,7 @@ lamp_status lamp_cuda_synchronize(void) {
 static lamp_status transfer_and_wait(void *dst, const void *src, size_t bytes, enum cudaMemcpyKind kind,
                                      const char *what) {
   lamp_status st = lamp_cuda_activate();
+  if (st == LAMP_OK) st = lamp_cuda_refuse_in_capture(what);
   if (st == LAMP_OK) st = lamp_cuda_status(cudaMemcpyAsync(dst, src, bytes, kind, stream), what);
   if (st == LAMP_OK) st = waited(cudaStreamSynchronize(stream), what);
   return st;
@@ -120,6 +123,7 @@ static lamp_status ready_slot(staging *s, size_t bytes) {
 
 lamp_status lamp_cuda_upload_async(void *dst, const void *host_src, size_t bytes) {
   lamp_status st = lamp_cuda_activate();
+  if (st == LAMP_OK) st = lamp_cuda_refuse_in_capture("upload_async");
   if (st != LAMP_OK) return st;
   if (bytes > STAGING_MAX) return lamp_cuda_upload(dst, host_src, bytes);
   staging *s = &ring[next_slot];
@@ -160,11 +164,15 @@ void lamp_cuda_event_free(void *event) {
 }
 
 lamp_status lamp_cuda_event_record(void *event) {
+  lamp_status st = lamp_cuda_refuse_in_capture("event_record");
+  if (st != LAMP_OK) return st;
   return lamp_cuda_status(cudaEventRecord((cudaEvent_t)event, stream), "event_record");
 }
 
 /* Never recorded: at once (cudaEventSynchronize on a fresh event returns success). */
 lamp_status lamp_cuda_event_wait(void *event) {
+  lamp_status st = lamp_cuda_refuse_in_capture("event_wait");
+  if (st != LAMP_OK) return st;
   return waited(cudaEventSynchronize((cudaEvent_t)event), "event_wait");
 }
 

@@ -53,4 +53,14 @@ void *lamp_cuda_stream_handle(void);
 /* Frees the pinned staging ring (after its copies are done). */
 void lamp_cuda_queue_release(void);
 
+/* {==== graphs (graph.c) ====} */
+
+lamp_status lamp_cuda_graph_begin(void);
+lamp_status lamp_cuda_graph_end(void **graph);
+lamp_status lamp_cuda_graph_launch(void *graph);
+void lamp_cuda_graph_free(void *graph);
+/* While capturing, a free is held back until the capture ends (1) rather than recorded into the
+   graph; 0 when not capturing: free it now. */
+int lamp_cuda_hold_free(void *ptr);
+
 #endif

@@ -57,12 +57,16 @@ static int sim_count(void) { return 1; }
   .avgpool_backward = lamp_sim_avgpool_backward,                 \
   .conv2d_plan_free = lamp_sim_conv2d_plan_free,                 \
   .batchnorm_forward = lamp_sim_batchnorm_forward,               \
-  .batchnorm_backward = lamp_sim_batchnorm_backward
+  .batchnorm_backward = lamp_sim_batchnorm_backward,                \
+  .graph_begin = lamp_sim_graph_begin,                           \
+  .graph_end = lamp_sim_graph_end,                               \
+  .graph_launch = lamp_sim_graph_launch,                         \
+  .graph_free = lamp_sim_graph_free
 
-const lamp_backend lamp_sim_backend = {SIM_TABLE, .caps = LAMP_CAP_HOST_VIEW,
+const lamp_backend lamp_sim_backend = {SIM_TABLE, .caps = LAMP_CAP_HOST_VIEW | LAMP_CAP_GRAPHS,
                                        .conv2d_forward = lamp_sim_conv2d_forward,
                                        .conv2d_backward = lamp_sim_conv2d_backward};
 
-const lamp_backend lamp_sim_native16_backend = {SIM_TABLE, .caps = LAMP_CAP_HOST_VIEW | LAMP_CAP_NATIVE_16BIT_GEMM,
+const lamp_backend lamp_sim_native16_backend = {SIM_TABLE, .caps = LAMP_CAP_HOST_VIEW | LAMP_CAP_NATIVE_16BIT_GEMM | LAMP_CAP_GRAPHS,
                                                 .conv2d_forward = lamp_sim_native16_conv2d_forward,
                                                 .conv2d_backward = lamp_sim_native16_conv2d_backward};

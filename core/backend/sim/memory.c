@@ -162,7 +162,7 @@ static void merge(segment *a, segment *b) {
 }
 
 void *lamp_sim_alloc(size_t bytes) {
-  if (arena_ready() != LAMP_OK) return NULL;
+  if (arena_ready() != LAMP_OK || lamp_sim_refuse_in_capture("allocating device memory") != LAMP_OK) return NULL;
   size_t rounded = (bytes + ALIGNMENT - 1) & ~(ALIGNMENT - 1);
   if (rounded == 0) rounded = ALIGNMENT; /* zero bytes still get a distinct block */
   size_t offset;

@@ -55,6 +55,8 @@ lamp_status lamp_sim_upload(void *dst, const void *host_src, size_t bytes) {
 
 lamp_status lamp_sim_upload_async(void *dst, const void *host_src, size_t bytes) {
   move_call c = {dst, host_src, bytes};
+  lamp_status st = lamp_sim_refuse_in_capture("upload_async");
+  if (st != LAMP_OK) return st;
   HOST("upload_async", c, dst);
   return QUEUE(run_move, c);
 }

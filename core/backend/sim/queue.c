@@ -32,15 +32,21 @@ typedef struct sim_op {
   struct sim_op *next;
   uint64_t seq;
   lamp_sim_fn fn;
+  size_t size;        /* of args: a recorded operation is copied again for each replay */
   max_align_t args[]; /* the closure's copy of its arguments, aligned for any struct */
 } sim_op;
+
+/* Operations in order: a recording (a graph), or the frees held back while one is made. */
+typedef struct sim_ops {
+  sim_op *head, *tail;
+} sim_ops;
 
 static struct {
   pthread_once_t once;
   int started; /* the worker is running */
   pthread_mutex_t lock;
   pthread_cond_t work, done; /* an operation was queued / completed */
-  sim_op *head, *tail;
+  sim_ops pending;
   uint64_t queued, completed; /* sequence numbers of the last operation queued / completed */
   lamp_status error;          /* sticky: the first failure not yet reported, and its message */
   char message[LAMP_ERROR_MAX];
@@ -48,6 +54,12 @@ static struct {
   int held;     /* lamp_sim_hold: the worker starts nothing new */
   uint64_t known;      /* the last operation the host has waited for */
   uint64_t host_waits; /* waits past `known` */
+  /* While a graph is captured: where operations go instead of the queue, the frees held back
+     until the end, and the first operation refused (its status and message). */
+  sim_ops *recording;
+  sim_ops held_frees;
+  lamp_status refused;
+  char refusal[LAMP_ERROR_MAX];
 } q = {.once = PTHREAD_ONCE_INIT,
        .lock = PTHREAD_MUTEX_INITIALIZER,
        .work = PTHREAD_COND_INITIALIZER,
@@ -84,10 +96,10 @@ static void record_failure(lamp_status st) {
 
 static sim_op *next_op(void) {
   pthread_mutex_lock(&q.lock);
-  while (q.head == NULL || q.held) pthread_cond_wait(&q.work, &q.lock);
-  sim_op *op = q.head;
-  q.head = op->next;
-  if (q.head == NULL) q.tail = NULL;
+  while (q.pending.head == NULL || q.held) pthread_cond_wait(&q.work, &q.lock);
+  sim_op *op = q.pending.head;
+  q.pending.head = op->next;
+  if (q.pending.head == NULL) q.pending.tail = NULL;
   pthread_mutex_unlock(&q.lock);
   return op;
 }
@@ -132,26 +144,61 @@ static void start_worker(void) {
 ** Queuing and waiting
 ** ======================================================= */
 
+static sim_op *new_op(lamp_sim_fn fn, const void *args, size_t size) {
+  sim_op *op = malloc(sizeof *op + size);
+  if (op == NULL) return NULL;
+  op->next = NULL;
+  op->seq = 0;
+  op->fn = fn;
+  op->size = size;
+  if (size > 0) memcpy(op->args, args, size);
+  return op;
+}
+
+static void append(sim_ops *list, sim_op *op) {
+  if (list->tail != NULL) list->tail->next = op;
+  else list->head = op;
+  list->tail = op;
+}
+
+static void free_ops(sim_ops *list) {
+  for (sim_op *op = list->head, *next; op != NULL; op = next) {
+    next = op->next;
+    free(op);
+  }
+  list->head = list->tail = NULL;
+}
+
+/* Puts op on the queue for the worker; called holding the lock. */
+static void queue_locked(sim_op *op, uint64_t *seq) {
+  op->seq = ++q.queued;
+  append(&q.pending, op);
+  if (seq != NULL) *seq = op->seq;
+  pthread_cond_signal(&q.work);
+}
+
 lamp_status lamp_sim_enqueue(lamp_sim_fn fn, const void *args, size_t size, uint64_t *seq) {
   pthread_once(&q.once, start_worker);
   if (!q.started) return lamp_error(LAMP_ERR_SYSTEM, "sim: the queue's worker thread could not be started");
-  sim_op *op = malloc(sizeof *op + size);
+  sim_op *op = new_op(fn, args, size);
   if (op == NULL) return lamp_error(LAMP_ERR_SYSTEM, "sim: out of host memory queuing an operation");
-  op->next = NULL;
-  op->fn = fn;
-  if (size > 0) memcpy(op->args, args, size);
   pthread_mutex_lock(&q.lock);
-  op->seq = ++q.queued;
-  if (q.tail != NULL) q.tail->next = op;
-  else q.head = op;
-  q.tail = op;
-  if (seq != NULL) *seq = op->seq;
-  pthread_cond_signal(&q.work);
+  if (q.recording != NULL) {
+    append(q.recording, op); /* recorded, not run: sequence number 0 */
+    if (seq != NULL) *seq = 0;
+  } else {
+    queue_locked(op, seq);
+  }
   pthread_mutex_unlock(&q.lock);
   return LAMP_OK;
 }
 
 void lamp_sim_enqueue_or_run(lamp_sim_fn fn, const void *args, size_t size) {
+  pthread_mutex_lock(&q.lock);
+  sim_op *op = q.recording != NULL ? new_op(fn, args, size) : NULL;
+  if (op != NULL) append(&q.held_frees, op); /* a replay must not free it again: after the capture */
+  pthread_mutex_unlock(&q.lock);
+  if (op != NULL) return;
   if (lamp_sim_enqueue(fn, args, size, NULL) == LAMP_OK) return;
   lamp_sim_drain();
   record_failure(fn(args));
@@ -179,11 +226,14 @@ lamp_status lamp_sim_wait(uint64_t seq) {
 
 lamp_status lamp_sim_run_and_wait(lamp_sim_fn fn, const void *args, size_t size) {
   uint64_t seq;
-  lamp_status st = lamp_sim_enqueue(fn, args, size, &seq);
+  lamp_status st = lamp_sim_refuse_in_capture("a blocking copy");
+  if (st == LAMP_OK) st = lamp_sim_enqueue(fn, args, size, &seq);
   return st == LAMP_OK ? lamp_sim_wait(seq) : st;
 }
 
 lamp_status lamp_sim_synchronize(void) {
+  lamp_status st = lamp_sim_refuse_in_capture("synchronize");
+  if (st != LAMP_OK) return st;
   pthread_mutex_lock(&q.lock);
   uint64_t last = q.queued;
   pthread_mutex_unlock(&q.lock);
@@ -207,7 +257,7 @@ void lamp_sim_release_workspace(void) {
   pthread_mutex_lock(&q.lock);
   uint64_t any = q.queued;
   pthread_mutex_unlock(&q.lock);
-  if (any == 0 || lamp_cpu_backend.release_workspace == NULL) return;
+  if (any == 0 || lamp_cpu_backend.release_workspace == NULL || lamp_sim_capturing()) return;
   if (lamp_sim_enqueue(run_release_workspace, NULL, 0, NULL) == LAMP_OK) lamp_sim_drain();
 }
 
@@ -230,13 +280,18 @@ void lamp_sim_event_free(void *event) { free(event); }
 
 lamp_status lamp_sim_event_record(void *event) {
   sim_event *e = event;
+  lamp_status st = lamp_sim_refuse_in_capture("event_record");
+  if (st != LAMP_OK) return st;
   pthread_mutex_lock(&q.lock);
   e->seq = q.queued;
   pthread_mutex_unlock(&q.lock);
   return LAMP_OK;
 }
 
-lamp_status lamp_sim_event_wait(void *event) { return lamp_sim_wait(((const sim_event *)event)->seq); }
+lamp_status lamp_sim_event_wait(void *event) {
+  lamp_status st = lamp_sim_refuse_in_capture("event_wait");
+  return st == LAMP_OK ? lamp_sim_wait(((const sim_event *)event)->seq) : st;
+}
 
 /* }====================================================== */
 
@@ -263,6 +318,86 @@ static lamp_status launch_host_func(void (*fn)(void *arg), void *arg) {
 static lamp_sim_stream stream = {LAMP_SIM_STREAM_MAGIC, launch_host_func};
 
 void *lamp_sim_stream_handle(void) { return &stream; }
+
+/* }====================================================== */
+
+/* {======================================================
+** Graphs: while one is captured, operations are recorded instead of queued; a launch queues a
+** copy of each recorded operation, in order
+** ======================================================= */
+
+int lamp_sim_capturing(void) {
+  pthread_mutex_lock(&q.lock);
+  int on = q.recording != NULL;
+  pthread_mutex_unlock(&q.lock);
+  return on;
+}
+
+lamp_status lamp_sim_refuse_in_capture(const char *what) {
+  if (!lamp_sim_capturing()) return LAMP_OK;
+  lamp_status st = lamp_error(LAMP_ERR_INVALID_USAGE, "sim: %s while a graph is being captured (a replay would not "
+                              "repeat it)", what);
+  pthread_mutex_lock(&q.lock);
+  if (q.refused == LAMP_OK) {
+    q.refused = st;
+    snprintf(q.refusal, sizeof q.refusal, "%s", lamp_last_error());
+  }
+  pthread_mutex_unlock(&q.lock);
+  return st;
+}
+
+lamp_status lamp_sim_graph_begin(void) {
+  sim_ops *g = calloc(1, sizeof *g);
+  if (g == NULL) return lamp_error(LAMP_ERR_SYSTEM, "sim: out of host memory for a graph");
+  pthread_mutex_lock(&q.lock);
+  int busy = q.recording != NULL;
+  if (!busy) {
+    q.recording = g;
+    q.refused = LAMP_OK;
+  }
+  pthread_mutex_unlock(&q.lock);
+  if (!busy) return LAMP_OK;
+  free(g);
+  return lamp_error(LAMP_ERR_INVALID_USAGE, "sim: graph_begin: a graph is being captured already");
+}
+
+lamp_status lamp_sim_graph_end(void **graph) {
+  *graph = NULL;
+  pthread_mutex_lock(&q.lock);
+  sim_ops *g = q.recording;
+  lamp_status refused = q.refused;
+  char why[LAMP_ERROR_MAX];
+  memcpy(why, q.refusal, sizeof why);
+  q.recording = NULL;
+  for (sim_op *op = q.held_frees.head, *next; op != NULL; op = next) {
+    next = op->next;
+    op->next = NULL;
+    queue_locked(op, NULL);
+  }
+  q.held_frees.head = q.held_frees.tail = NULL;
+  pthread_mutex_unlock(&q.lock);
+  if (g == NULL) return lamp_error(LAMP_ERR_INVALID_USAGE, "sim: graph_end without graph_begin");
+  if (refused == LAMP_OK) {
+    *graph = g;
+    return LAMP_OK;
+  }
+  free_ops(g);
+  free(g);
+  return lamp_error(refused, "%s", why);
+}
+
+lamp_status lamp_sim_graph_launch(void *graph) {
+  lamp_status st = lamp_sim_refuse_in_capture("graph_launch");
+  for (const sim_op *op = ((const sim_ops *)graph)->head; st == LAMP_OK && op != NULL; op = op->next)
+    st = lamp_sim_enqueue(op->fn, op->args, op->size, NULL);
+  return st;
+}
+
+void lamp_sim_graph_free(void *graph) {
+  if (graph == NULL) return;
+  free_ops(graph);
+  free(graph);
+}
 
 /* }====================================================== */
 

@@ -69,6 +69,20 @@ void lamp_sim_event_free(void *event);
 lamp_status lamp_sim_event_record(void *event);
 lamp_status lamp_sim_event_wait(void *event);
 
+/*
+** Graphs (the table's graph slots). While one is captured, lamp_sim_enqueue records instead of
+** queuing, lamp_sim_enqueue_or_run (the frees) holds its operation back until the capture ends,
+** and what a replay could not repeat is refused through lamp_sim_refuse_in_capture: LAMP_OK when
+** no graph is being captured, else the error "sim: <what> while a graph is being captured (...)",
+** the first of which lamp_sim_graph_end returns, dropping the recording.
+*/
+int lamp_sim_capturing(void);
+lamp_status lamp_sim_refuse_in_capture(const char *what);
+lamp_status lamp_sim_graph_begin(void);
+lamp_status lamp_sim_graph_end(void **graph);
+lamp_status lamp_sim_graph_launch(void *graph);
+void lamp_sim_graph_free(void *graph);
+
 /* The table's stream(): the lamp_sim_stream of sim_stream.h. */
 void *lamp_sim_stream_handle(void);
 
