@@ -11,7 +11,7 @@ enum { UV_PRECISION = 1, UV_COMM, UV_OPTIM, UV_COUNT = UV_OPTIM };
 
 static const char *const trainer_fields[] = {"model", "loss",     "precision", "comm",         "optim",     "accum",
                                              "clip",  "schedule", "seed",      "param_groups", "bucket_mb", "compress",
-                                             "device", "max_skipped", NULL};
+                                             "device", "max_skipped", "graphs", NULL};
 static const char *const group_fields[] = {"match", "lr_mult", "decay", NULL};
 
 static void *required_object(lua_State *L, const char *field, const char *tname, const char *hint) {
@@ -161,6 +161,10 @@ static int trainer_new(lua_State *L) {
   c.max_skipped = max_skipped == 0 ? -1 : (int64_t)max_skipped;
   c.compress = read_compress(L);
   c.schedule = read_schedule(L);
+  /* graphs = true | false; absent: wherever the device and the run allow them */
+  if (lua_getfield(L, 1, "graphs") != LUA_TNIL)
+    c.graphs = lampL_optfield_boolean(L, 1, "Trainer", "graphs", 0) ? LAMP_GRAPHS_ON : LAMP_GRAPHS_OFF;
+  lua_pop(L, 1);
   lamp_trainer *t;
   lampL_check(L, lamp_trainer_new(&t, &c));
   lampL_pushbox(L, LAMP_TRAINER_CLASS, t, UV_COUNT);
@@ -273,7 +277,7 @@ static int trainer_stats(lua_State *L) {
   lamp_trainer *t = lampL_checkobject(L, 1, LAMP_TRAINER_CLASS);
   lamp_trainer_stats s;
   lampL_check(L, lamp_trainer_stats_get(t, &s));
-  lua_createtable(L, 0, 15);
+  lua_createtable(L, 0, 18);
   lampL_setinteger(L, "steps", (lua_Integer)s.steps);
   lampL_setinteger(L, "skipped_steps", (lua_Integer)s.skipped_steps);
   lampL_setinteger(L, "skipped_in_a_row", (lua_Integer)s.skipped_in_a_row);
@@ -289,6 +293,10 @@ static int trainer_stats(lua_State *L) {
   lampL_setinteger(L, "effective_batch", (lua_Integer)s.effective_batch);
   lampL_setinteger(L, "buckets", (lua_Integer)s.buckets);
   lampL_setinteger(L, "buckets_overlapped", (lua_Integer)s.buckets_overlapped);
+  lua_pushboolean(L, s.graphs);
+  lua_setfield(L, -2, "graphs");
+  lampL_setinteger(L, "graph_records", (lua_Integer)s.graph_records);
+  lampL_setinteger(L, "graph_replays", (lua_Integer)s.graph_replays);
   return 1;
 }
 

@@ -108,7 +108,8 @@ static lamp_status host_buffer(dropout *d, lamp_device device, unsigned slot, si
   if (st != LAMP_OK) return st;
   mask_buffer *b = &d->buffers[slot];
   if (b->copied == NULL) st = lamp_event_new(device, &b->copied);
-  if (st == LAMP_OK) st = lamp_event_wait(b->copied);
+  if (st == LAMP_OK && (st = lamp_event_wait(b->copied)) != LAMP_OK)
+    return lamp_error_context(st, "Dropout(%g): its mask is drawn on the host", d->p);
   if (st != LAMP_OK) return st;
   if (n > b->capacity) {
     uint8_t *bigger = realloc(b->drawn, n);

@@ -31,6 +31,8 @@ static lamp_status check_config(const lamp_trainer_config *c) {
                       c->accum);
   if (!(c->bucket_mb >= 0.0) || isinf(c->bucket_mb))
     return lamp_error(LAMP_ERR_INVALID_ARG, "Trainer: 'bucket_mb' must be a finite number >= 0 (0: 25), got %g", c->bucket_mb);
+  if ((unsigned)c->graphs > LAMP_GRAPHS_OFF)
+    return lamp_error(LAMP_ERR_INVALID_ARG, "Trainer: 'graphs' must be auto (0), on (1) or off (2), got %d", (int)c->graphs);
   if (!(c->clip >= 0.0) || isinf(c->clip))
     return lamp_error(LAMP_ERR_INVALID_ARG, "Trainer: 'clip' must be a finite number >= 0 (0 disables), got %g", c->clip);
   return lamp_schedule_validate(&c->schedule);
@@ -245,6 +247,23 @@ static lamp_status build_segments(lamp_trainer *t) {
   return LAMP_OK;
 }
 
+/*
+** Graphs by default where the device records them and one rank trains: a multi-rank step runs the
+** communicator's collectives, which may stage through the host (MPI), and are not recorded.
+*/
+static lamp_status init_graphs(lamp_trainer *t) {
+  const lamp_trainer_config *c = &t->config;
+  int can = lamp_device_has(c->device, LAMP_CAP_GRAPHS);
+  if (c->graphs == LAMP_GRAPHS_ON && !can)
+    return lamp_error(LAMP_ERR_UNSUPPORTED, "Trainer: graphs = true needs a device that records graphs (cuda); %s does not",
+                      lamp_device_name(c->device));
+  if (c->graphs == LAMP_GRAPHS_ON && t->stats.world > 1)
+    return lamp_error(LAMP_ERR_UNSUPPORTED, "Trainer: graphs = true needs a single rank, this run has %d: a step of several ranks runs the communicator's collectives, which are not recorded",
+                      t->stats.world);
+  int on = c->graphs != LAMP_GRAPHS_OFF && can && t->stats.world == 1;
+  return lamp_step_graphs_init(&t->graphs, c->device, c->accum, on, c->graphs == LAMP_GRAPHS_ON);
+}
+
 static void log_start(const lamp_trainer *t) {
   size_t numel = lamp_model_numel(t->model);
   lamp_log(LAMP_LOG_INFO, "trainer", "%zu parameters; weights %s, compute %s, activations %s%s; %d rank%s, accum %d, lr %g (%s)",
@@ -273,7 +292,7 @@ lamp_status lamp_trainer_new(lamp_trainer **out, const lamp_trainer_config *conf
   double bucket_mb = config->bucket_mb > 0.0 ? config->bucket_mb : 25.0;
   if ((st = build_model(t)) != LAMP_OK || (st = broadcast_initial_parameters(t)) != LAMP_OK ||
       (st = allocate_optimizer_state(t)) != LAMP_OK || (st = allocate_report(t)) != LAMP_OK ||
-      (st = build_segments(t)) != LAMP_OK ||
+      (st = build_segments(t)) != LAMP_OK || (st = init_graphs(t)) != LAMP_OK ||
       (st = lamp_grad_buckets_init(&t->buckets, t->model, config->comm, config->device,
                                    (size_t)(bucket_mb * 1048576.0), config->compress)) != LAMP_OK) {
     lamp_trainer_free(t);
@@ -308,6 +327,7 @@ void lamp_trainer_free(lamp_trainer *t) {
   lamp_tensor_release(t->y_dev);
   lamp_tensor_release(t->dlogits);
   lamp_grad_buckets_free(&t->buckets);
+  lamp_step_graphs_free(&t->graphs);
   lamp_model_free(t->model);
   lamp_loss_release(t->config.loss);
   lamp_layer_release(t->config.model);
@@ -369,19 +389,28 @@ static double *loss_slot(const lamp_trainer *t, int k) {
   return (double *)((char *)t->report + offsetof(lamp_step_report, loss)) + k;
 }
 
-static lamp_status forward_backward(lamp_trainer *t, const lamp_tensor *x, const lamp_tensor *y, double scale) {
+/* What one micro-step computes on the device: the input already there, the loss gradient's scale. */
+typedef struct micro_step {
+  lamp_trainer *t;
+  const lamp_tensor *x, *y;
+  float grad_scale;
+  uint64_t forward_index; /* the model's count of training forwards before this one (Dropout's masks) */
+} micro_step;
+
+/* The forward, the loss and the backward: the work a graph records (step_graph.h). */
+static lamp_status run_micro_step(void *ctx) {
+  const micro_step *m = ctx;
+  lamp_trainer *t = m->t;
   const lamp_tensor *logits;
   lamp_exec exec = exec_of(t, 1);
-  lamp_status st = on_device(t, t->micro, &x, &y);
-  lamp_model_set_host_slot(t->model, (unsigned)t->micro); /* Dropout's masks: as the batches */
-  if (st == LAMP_OK) st = lamp_model_forward(t->model, x, 1, &logits);
+  lamp_model_set_forward_index(t->model, m->forward_index); /* a recording that failed ran a forward already */
+  lamp_status st = lamp_model_forward(t->model, m->x, 1, &logits);
   if (st != LAMP_OK) return st;
   st = lamp_tensor_ensure(&t->dlogits, logits->dtype, logits->device, logits->ndim, logits->shape,
                           LAMP_MEM_ACTIVATIONS);
   if (st != LAMP_OK) return st;
-  /* The accumulation divisor rides on the loss gradient, so gradients sum to the mean. The loss
-     stays on the device until the group's report comes back. */
-  st = t->config.loss->ops->forward_backward(t->config.loss, &exec, logits, y, (float)(scale / t->config.accum),
+  /* The loss stays on the device until the group's report comes back. */
+  st = t->config.loss->ops->forward_backward(t->config.loss, &exec, logits, m->y, m->grad_scale,
                                              loss_slot(t, t->micro), t->dlogits, NULL);
   if (st != LAMP_OK) return st;
   /* The first micro-step writes the gradients afresh: no zeroing pass over the slab. On the
@@ -394,6 +423,19 @@ static lamp_status forward_backward(lamp_trainer *t, const lamp_tensor *x, const
   lamp_status reduced = lamp_grad_buckets_finish(&t->buckets); /* waits even after a failed backward */
   t->stats.buckets_overlapped = t->buckets.started_early;
   return st != LAMP_OK ? st : reduced;
+}
+
+static lamp_status forward_backward(lamp_trainer *t, const lamp_tensor *x, const lamp_tensor *y, double scale) {
+  lamp_status st = on_device(t, t->micro, &x, &y);
+  if (st != LAMP_OK) return st;
+  lamp_model_set_host_slot(t->model, (unsigned)t->micro); /* Dropout's masks: as the batches */
+  /* The accumulation divisor rides on the loss gradient, so gradients sum to the mean. */
+  micro_step m = {t, x, y, (float)(scale / t->config.accum), lamp_model_forward_index(t->model)};
+  st = lamp_step_graphs_run(&t->graphs, t->micro, m.grad_scale, lamp_tensor_data(x), lamp_tensor_data(y),
+                            run_micro_step, &m);
+  /* One training forward, whether it ran, was replayed (no host code) or recorded and then run. */
+  lamp_model_set_forward_index(t->model, m.forward_index + 1);
+  return st;
 }
 
 /*
@@ -750,6 +792,9 @@ lamp_status lamp_trainer_stats_get(lamp_trainer *t, lamp_trainer_stats *out) {
   if (st != LAMP_OK) return st;
   t->stats.loss_scale = scaler.scale;
   t->stats.buckets = t->buckets.n;
+  t->stats.graphs = t->graphs.on;
+  t->stats.graph_records = t->graphs.recorded;
+  t->stats.graph_replays = t->graphs.replayed;
   *out = t->stats;
   return LAMP_OK;
 }

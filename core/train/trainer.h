@@ -26,6 +26,13 @@ typedef struct lamp_trainer lamp_trainer;
 
 /* The most micro-batches one optimizer step may accumulate. */
 #define LAMP_TRAINER_MAX_ACCUM 65536
+/* Whether micro-steps are recorded as device graphs and replayed (train/step_graph.h). */
+typedef enum lamp_graphs_mode {
+  LAMP_GRAPHS_AUTO = 0, /* where the device records graphs (cuda) and one rank trains */
+  LAMP_GRAPHS_ON = 1,   /* the same, but a device or a run that cannot is an error */
+  LAMP_GRAPHS_OFF = 2
+} lamp_graphs_mode;
+
 /* Optimizer steps skipped in a row that stop training when the config leaves max_skipped 0. */
 #define LAMP_TRAINER_DEFAULT_MAX_SKIPPED 1000
 
@@ -45,6 +52,7 @@ typedef struct lamp_trainer_config {
   int64_t max_skipped;        /* this many optimizer steps skipped in a row (inf/NaN gradients) stop
                                  training with an error: 0 means LAMP_TRAINER_DEFAULT_MAX_SKIPPED,
                                  < 0 no limit */
+  lamp_graphs_mode graphs;
 } lamp_trainer_config;
 
 typedef struct lamp_trainer_stats {
@@ -63,6 +71,9 @@ typedef struct lamp_trainer_stats {
   size_t effective_batch;     /* B_eff = batch x ranks x accum */
   size_t buckets;             /* gradient buckets the all-reduce is cut into */
   size_t buckets_overlapped;  /* of the last step's, how many started before backward ended */
+  int graphs;                 /* micro-steps are recorded as device graphs (may turn off: step_graph.h) */
+  uint64_t graph_records;     /* micro-steps recorded (and launched) */
+  uint64_t graph_replays;     /* micro-steps that replayed a recording */
 } lamp_trainer_stats;
 
 /* What one epoch measured. */

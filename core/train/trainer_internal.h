@@ -7,6 +7,7 @@
 
 #include "backend/backend.h"
 #include "train/grad_buckets.h"
+#include "train/step_graph.h"
 #include "train/trainer.h"
 
 /* What a step tells the host: written on the device, read back in one copy (the step's one
@@ -46,6 +47,7 @@ struct lamp_trainer {
   lamp_tensor *x_dev, *y_dev; /* the batch, copied to the run device when it is not there */
   lamp_staged_batch *staged;  /* one per micro-step of a group (accum): what it is uploaded from */
   lamp_grad_buckets buckets;  /* the all-reduce of the gradient slab, cut to overlap backward */
+  lamp_step_graphs graphs;    /* the micro-steps recorded as device graphs, where the run uses them */
   int micro;                  /* micro-steps done in the current accumulation group */
   uint64_t epochs_done;
   /* An epoch stopped early (max_steps) or restored from a checkpoint: the next call to

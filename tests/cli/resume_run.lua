@@ -3,13 +3,16 @@
 -- --resume, and saves the final state to --save. Two runs of 10 steps with a save and a resume
 -- in between must leave a checkpoint byte-identical to one run of 20.
 -- --device runs it on another device (the simulated one under build/tests/lamp-sim), --clip clips,
--- and --net=resnet trains the small ResNet of scripts/lib.
+-- --net=resnet trains the small ResNet of scripts/lib, and --graphs=on|off overrides the Trainer's
+-- default for recording micro-steps as device graphs.
 package.path = arg[0]:gsub("[^/]*$", "") .. "../../scripts/lib/?.lua;" .. package.path
 local lamp = require "lamp"
 local nn = lamp.nn
 local args = lamp.parse_args(arg, { precision = "fp32", optim = "sgd", accum = 1, steps = 20, save = "",
                                     resume = "", limit = 512, batch = 32, seed = 3, net = "mlp", device = "cpu",
-                                    clip = 0 })
+                                    clip = 0, graphs = "auto" })
+local graphs = ({ auto = nil, on = true, off = false })[args.graphs]
+assert(args.graphs == "auto" or graphs ~= nil, "--graphs must be auto, on or off")
 lamp.device(args.device)
 
 local comm = lamp.comm("auto")
@@ -34,7 +37,7 @@ else
 end
 local trainer = lamp.Trainer { model = model, loss = nn.CrossEntropy(), precision = precision, comm = comm,
                                optim = optim, seed = args.seed, accum = args.accum, clip = args.clip,
-                               schedule = lamp.lr.cosine { total = 40 } }
+                               schedule = lamp.lr.cosine { total = 40 }, graphs = graphs }
 if args.resume ~= "" then
   assert(trainer:resume(args.resume), "no checkpoint in " .. args.resume)
 end
@@ -44,3 +47,5 @@ while taken() < goal do trainer:epoch(loader, { max_steps = goal - taken() }) en
 if args.save ~= "" then trainer:save(args.save) end
 local s = trainer:stats()
 lamp.log0(string.format("steps %d skipped %d scale %g epochs %d", s.steps, s.skipped_steps, s.loss_scale, s.epochs))
+lamp.log0(string.format("graphs %s: %d micro-steps recorded, %d replayed", s.graphs and "on" or "off",
+                        s.graph_records, s.graph_replays))

@@ -165,7 +165,7 @@ do
 end
 
 expect_error(function() trainer_with { epochs = 3 } end,
-  "Trainer: unknown field 'epochs'; valid fields: model, loss, precision, comm, optim, accum, clip, schedule, seed, param_groups, bucket_mb, compress, device, max_skipped")
+  "Trainer: unknown field 'epochs'; valid fields: model, loss, precision, comm, optim, accum, clip, schedule, seed, param_groups, bucket_mb, compress, device, max_skipped, graphs")
 -- Asserted for a machine without a CUDA driver (CI); ctest says whether the build has the module.
 local have_cuda = assert(os.getenv("LAMP_TEST_HAVE_CUDA"), "run under ctest (LAMP_TEST_HAVE_CUDA)") == "1"
 expect_error(function() trainer_with { device = "cuda" } end, have_cuda
@@ -176,6 +176,15 @@ expect_error(function() trainer_with { device = 3 } end,
   "Trainer: 'device': a device is a name (\"cpu\", \"cuda:0\") or lamp.device(...), got number")
 expect_error(function() trainer_with { device = "cpu:1" } end, "device cpu:1 does not exist (this process sees 1 cpu device)")
 assert(trainer_with { device = lamp.device("cpu") })
+-- graphs: a boolean; true where the device cannot record them is an error, false always works.
+expect_error(function() trainer_with { graphs = true } end,
+  "Trainer: graphs = true needs a device that records graphs (cuda); cpu does not")
+expect_error(function() trainer_with { graphs = "on" } end, 'Trainer: \'graphs\' must be a boolean, got the string "on"')
+do
+  local t <close> = trainer_with { graphs = false }
+  local s = t:stats()
+  assert(s.graphs == false and s.graph_records == 0 and s.graph_replays == 0)
+end
 expect_error(function() trainer_with { param_groups = { { match = "bias$" }, { match = "^nothing" } } } end,
   "Trainer: param_groups[2]: pattern '^nothing' matches no parameter (names look like '0.weight')")
 expect_error(function() trainer_with { param_groups = { { match = "bias$", lr = 0 } } } end,

@@ -8,7 +8,10 @@
 # The 16-bit runs are repeated on the native-16 sim (LAMP_SIM_NATIVE16=1: LAMP_CAP_NATIVE_16BIT_GEMM,
 # as on CUDA), where the layers hand the device 16-bit operands: the same bytes, since widening is
 # exact. Under fp16 the initial scale overflows, so skipped steps and the scale's backoff are
-# compared too (and each fp16 run must have skipped some).
+# compared too (and each fp16 run must have skipped some). On the sim the micro-steps are recorded
+# as device graphs and replayed (the Trainer's default where the device records them): the
+# ResNet's runs must have replayed some, and the networks with Dropout, whose masks are drawn on
+# the host, must have given graphs up, saying why.
 # Usage: test_sim_train.sh LAMP LAMP_SIM SOURCE_DIR
 set -u
 lamp=$1
@@ -47,6 +50,14 @@ sim_case() { # name, arguments...
     >"$d/second.log" 2>&1
   check "$name: resumed on the sim, 4 more" $?
   same "$name" "$d/cpu.lamp" "$d/sim.lamp" "$d/cpu.log" "$d/second.log"
+  if [[ "$name" == *resnet* ]]; then
+    grep -q "^graphs on: [1-9][0-9]* micro-steps recorded, [1-9][0-9]* replayed" "$d/first.log"
+    check "$name: micro-steps recorded and replayed on the sim ($(grep '^graphs' "$d/first.log"))" $?
+  else
+    grep -q "cannot be recorded as a device graph (Dropout(0.1): its mask is drawn on the host: sim: event_wait" \
+      "$d/first.log" && grep -q "^graphs off: 0 micro-steps recorded" "$d/first.log"
+    check "$name: Dropout gives graphs up, saying why" $?
+  fi
   local last
   last=$(grep -o 'steps [0-9]* skipped [0-9]* scale .*' "$d/cpu.log")
   [[ -n "$last" && "$last" == "$(grep -o 'steps [0-9]* skipped [0-9]* scale .*' "$d/second.log")" ]]
