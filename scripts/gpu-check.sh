@@ -52,9 +52,11 @@
 #   k  (issue #17) 3 epochs of scripts/fmnist_resnet.lua on the GPU under fp32 and bf16, each
 #      >= 89.5 % (cuDNN convolutions, lamp's BatchNorm and pooling kernels)
 #   l  (issue #17) the ResNet's throughput against PyTorch eager (cuDNN) at batch 128 and 512, fp32
-#      (no TF32 either side) and bf16 autocast: lamp >= 1.0x PyTorch at each, lamp bf16 >= 1.3x
-#      lamp fp32 at 512 (gpu_mlp.lua --model=resnet and torch_gpu_mlp.py --model resnet); lamp
-#      captures no CUDA graph yet
+#      (no TF32 either side) and bf16 autocast, lamp with its micro-steps replayed as CUDA graphs
+#      (the default) and without (--graphs=off): lamp (graphs) >= 1.0x PyTorch at each, lamp bf16
+#      >= 1.3x lamp fp32 at 512; the graphs' gain is printed beside (gpu_mlp.lua --model=resnet and
+#      torch_gpu_mlp.py --model resnet). The graphs must have been replayed, and reach the eager
+#      run's loss to the last printed digit (the same work, replayed).
 #   libnccl.so.2 for h and i: $LAMP_NCCL_LIBRARY, else the dynamic loader's, the toolkit's, or the
 #   one in the Python environment's nvidia wheels (exported as LAMP_NCCL_LIBRARY).
 #
@@ -782,7 +784,7 @@ if want k "k resnet accuracy"; then
 fi
 
 # l: the ResNet's throughput against PyTorch eager (cuDNN) at batch 128 and 512, fp32 (no TF32 on
-# either side) and bf16 autocast. lamp captures no CUDA graph yet: these are eager against eager.
+# either side) and bf16 autocast; lamp with CUDA graphs (its default) and without.
 if want l "l resnet throughput"; then
   t0=$SECONDS
   python=${PYTHON:-python3}
@@ -799,34 +801,49 @@ if want l "l resnet throughput"; then
     declare -A rsps
     for batch in 128 512; do
       for p in fp32 bf16; do
-        (cd "$root" && run_stage "lamp-resnet-$batch-$p" 60 "$lamp" scripts/bench/gpu_mlp.lua --model=resnet --device=cuda \
-          --precision="$p" --batch="$batch" --steps=100 --warmup=10)
-        rsps[lamp-$batch-$p]=$(sps_of "lamp-resnet-$batch-$p")
+        for g in on off; do
+          (cd "$root" && run_stage "lamp-resnet-$batch-$p-graphs-$g" 60 "$lamp" scripts/bench/gpu_mlp.lua --model=resnet \
+            --device=cuda --precision="$p" --batch="$batch" --steps=100 --warmup=10 --graphs="$g")
+          rsps[lamp-$g-$batch-$p]=$(sps_of "lamp-resnet-$batch-$p-graphs-$g")
+        done
         LD_LIBRARY_PATH=$python_libpath run_stage "torch-resnet-$batch-$p" 60 "$python" "$scripts/bench/torch_gpu_mlp.py" \
           --model resnet --precision "$p" --batch "$batch" --steps 100 --warmup 10
         rsps[torch-$batch-$p]=$(sps_of "torch-resnet-$batch-$p")
       done
     done
     rratio() { awk -v a="${rsps[$1]:-0}" -v b="${rsps[$2]:-0}" 'BEGIN { if (a > 0 && b > 0) printf "%.2f", a / b; else print "n/a" }'; }
-    echo "resnet throughput (samples/s)   lamp      torch   lamp/torch"
+    echo "resnet throughput (samples/s)  lamp graphs  lamp eager   torch eager  graphs/torch  eager/torch  graphs/eager"
     for batch in 128 512; do
       for p in fp32 bf16; do
-        printf '  %-4s %-5s %16s %10s %8sx\n' "$batch" "$p" "${rsps[lamp-$batch-$p]:-n/a}" "${rsps[torch-$batch-$p]:-n/a}" \
-          "$(rratio "lamp-$batch-$p" "torch-$batch-$p")"
+        printf '  %-4s %-5s %18s %12s %13s %12sx %11sx %12sx\n' "$batch" "$p" "${rsps[lamp-on-$batch-$p]:-n/a}" \
+          "${rsps[lamp-off-$batch-$p]:-n/a}" "${rsps[torch-$batch-$p]:-n/a}" "$(rratio "lamp-on-$batch-$p" "torch-$batch-$p")" \
+          "$(rratio "lamp-off-$batch-$p" "torch-$batch-$p")" "$(rratio "lamp-on-$batch-$p" "lamp-off-$batch-$p")"
       done
     done
-    misses=() detail=""
+    misses=() wrong=() detail="" gain=""
     for batch in 128 512; do
       for p in fp32 bf16; do
-        r=$(rratio "lamp-$batch-$p" "torch-$batch-$p")
+        r=$(rratio "lamp-on-$batch-$p" "torch-$batch-$p")
         detail+="$batch $p ${r}x; "
+        gain+="$batch $p $(rratio "lamp-on-$batch-$p" "lamp-off-$batch-$p")x; "
         awk -v r="$r" 'BEGIN { exit !(r != "n/a" && r + 0 >= 1.0) }' || misses+=("$batch $p lamp/torch ${r}x < 1.0x")
       done
     done
-    r_bf=$(rratio lamp-512-bf16 lamp-512-fp32)
+    loss_of() { sed -n 's/.* loss \([0-9.eEinfa+-]*\),.*/\1/p' "$logs/$1.log" | tail -1; }
+    for batch in 128 512; do
+      for p in fp32 bf16; do
+        on="lamp-resnet-$batch-$p-graphs-on" off="lamp-resnet-$batch-$p-graphs-off"
+        grep -q "graphs on ([0-9]* recorded, [1-9][0-9]* replayed)" "$logs/$on.log" ||
+          wrong+=("$batch $p no graph replayed: $(grep -o 'cannot be recorded as a device graph.*' "$logs/$on.log" | head -1)")
+        [[ -n $(loss_of "$on") && $(loss_of "$on") == "$(loss_of "$off")" ]] ||
+          wrong+=("$batch $p loss with graphs $(loss_of "$on") != eager $(loss_of "$off")")
+      done
+    done
+    r_bf=$(rratio lamp-on-512-bf16 lamp-on-512-fp32)
     awk -v r="$r_bf" 'BEGIN { exit !(r != "n/a" && r + 0 >= 1.3) }' || misses+=("512 bf16/fp32 ${r_bf}x < 1.3x")
-    detail="lamp/torch ${detail%; }; lamp 512 bf16/fp32 ${r_bf}x; no graph capture"
-    if ((${#misses[@]} == 0)); then row "l resnet throughput" ok $((SECONDS - t0)) "$detail"
+    detail="lamp/torch ${detail%; }; lamp 512 bf16/fp32 ${r_bf}x; graphs/eager ${gain%; }"
+    if ((${#wrong[@]} > 0)); then row "l resnet throughput" FAIL $((SECONDS - t0)) "$detail; $(IFS=';'; echo "${wrong[*]}")"
+    elif ((${#misses[@]} == 0)); then row "l resnet throughput" ok $((SECONDS - t0)) "$detail"
     else row "l resnet throughput" MISS $((SECONDS - t0)) "$detail; below target: $(IFS=';'; echo "${misses[*]}")"; fi
   fi
 fi

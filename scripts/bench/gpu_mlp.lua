@@ -3,8 +3,10 @@
 -- untimed ones and prints one line "gpu_mlp: ... samples/s N".
 --
 --   build/lamp scripts/bench/gpu_mlp.lua [--device=cuda] [--precision=fp32|fp16|bf16] [--model=mlp|resnet]
---       [--hidden=1024,1024] [--batch=128] [--steps=200] [--warmup=20] [--seed=0]
+--       [--hidden=1024,1024] [--batch=128] [--steps=200] [--warmup=20] [--seed=0] [--graphs=auto|on|off]
 --
+-- --graphs=off runs every micro-step eagerly; the default records them as device graphs where the
+-- device can (cuda) and replays them, and the line says how many were recorded and replayed.
 -- --model=resnet times the small ResNet of scripts/lib/resnet.lua instead (--hidden is then unused);
 -- its twin is torch_gpu_mlp.py --model resnet.
 --
@@ -19,8 +21,10 @@ local nn = lamp.nn
 
 local args = lamp.parse_args(arg, {
   device = "cuda", precision = "fp32", model = "mlp", hidden = "1024,1024", batch = 128, steps = 200, warmup = 20,
-  seed = 0,
+  seed = 0, graphs = "auto",
 })
+local graphs = ({ auto = nil, on = true, off = false })[args.graphs]
+if args.graphs ~= "auto" and graphs == nil then error("--graphs: expected auto, on or off, got " .. tostring(args.graphs), 0) end
 if args.model ~= "mlp" and args.model ~= "resnet" then
   error("--model: expected mlp or resnet, got " .. tostring(args.model), 0)
 end
@@ -58,7 +62,7 @@ end
 local trainer = lamp.Trainer {
   model = build(), loss = nn.CrossEntropy(), precision = lamp.precision(args.precision),
   comm = lamp.comm("single"), optim = lamp.optim("sgd", { lr = 0.05, momentum = 0.9 }),
-  schedule = lamp.lr.constant(), seed = args.seed,
+  schedule = lamp.lr.constant(), seed = args.seed, graphs = graphs,
 }
 
 -- Runs n steps, across epoch ends; returns samples, seconds and the last loss.
@@ -76,6 +80,7 @@ if warmup > 0 then run_steps(warmup) end
 local samples, seconds, loss = run_steps(steps)
 local stats = trainer:stats()
 local what = args.model == "resnet" and "resnet" or "mlp 784-" .. table.concat(sizes, "-") .. "-10"
-print(string.format("gpu_mlp: device %s precision %s %s batch %d: %d steps, %.3f s, loss %.4f, " ..
-  "skipped %d, scale %g, samples/s %.0f", args.device, args.precision, what, batch, steps, seconds,
-  loss, stats.skipped_steps, stats.loss_scale, samples / seconds))
+print(string.format("gpu_mlp: device %s precision %s %s batch %d: %d steps, %.3f s, loss %.6f, " ..
+  "skipped %d, scale %g, graphs %s (%d recorded, %d replayed), samples/s %.0f", args.device, args.precision, what,
+  batch, steps, seconds, loss, stats.skipped_steps, stats.loss_scale, stats.graphs and "on" or "off",
+  stats.graph_records, stats.graph_replays, samples / seconds))
