@@ -4,8 +4,9 @@
 ** with dlopen, and its entry is handed the core's services; the table it returns is registered like
 ** a built-in backend. The module is looked for in:
 **   1. $LAMP_BACKEND_DIR/<device>.so when LAMP_BACKEND_DIR is set (and nowhere else then);
-**   2. <folder of the running executable>/backends/<device>.so (a build folder, a bundle);
-**   3. the folder this build puts modules in (LAMP_BACKEND_DIR_DEFAULT).
+**   2. <folder of the running executable>/backends/<device>.so (a build folder, a bundle), or for
+**      an installed lamp <prefix>/lib/lamp/backends/<device>.so (base/install_tree.h);
+**   3. the folder this build puts modules in (LAMP_BACKEND_DIR_DEFAULT), except for an installed lamp.
 ** Each module is tried once per process. Every way of failing has its own message, all beginning
 ** "device <name>: ", and the failure is kept: the device stays unavailable for the run and every
 ** ask gets the same message. A module, once opened, is never closed (its library may have left
@@ -24,6 +25,7 @@
 #include "backend/load.h"
 #include "backend/module.h"
 #include "base/error.h"
+#include "base/install_tree.h"
 #include "base/log.h"
 #include "plugin/loader.h"
 #include "tensor/ledger.h"
@@ -92,17 +94,15 @@ static lamp_status fail(module *m, lamp_status code, const char *fmt, ...) {
 
 static int exists(const char *path) { return access(path, F_OK) == 0; }
 
-/* <folder of the running executable>/backends/<file>; "" when /proc/self/exe cannot be read. */
+/* Where the executable's own modules are: <installed tree>/backends/<file> for an installed lamp,
+   else <folder of the running executable>/backends/<file>; "" when neither can be told. */
 static void beside_executable(const module *m, char *out, size_t size) {
-  char exe[PATH_MAX];
-  ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
+  char dir[PATH_MAX];
+  const char *tree = lamp_install_tree();
   out[0] = '\0';
-  if (n <= 0) return;
-  exe[n] = '\0';
-  char *slash = strrchr(exe, '/');
-  if (slash == NULL) return;
-  *slash = '\0';
-  if (snprintf(out, size, "%s/backends/%s", exe, m->file) >= (int)size) out[0] = '\0'; /* too long to use */
+  if (tree != NULL) snprintf(dir, sizeof dir, "%s", tree);
+  else if (!lamp_executable_dir(dir, sizeof dir)) return;
+  if (snprintf(out, size, "%s/backends/%s", dir, m->file) >= (int)size) out[0] = '\0'; /* too long to use */
 }
 
 /* The module's file into m->path, or its kept failure. */
@@ -115,7 +115,10 @@ static lamp_status locate(module *m) {
   }
   char beside[PATH_MAX], built[PATH_MAX];
   beside_executable(m, beside, sizeof beside);
-  snprintf(built, sizeof built, "%s/%s", LAMP_BACKEND_DIR_DEFAULT, m->file);
+  if (lamp_install_tree() != NULL) /* an installed lamp keeps to its own modules, as to its plugins */
+    snprintf(built, sizeof built, "%s", beside);
+  else
+    snprintf(built, sizeof built, "%s/%s", LAMP_BACKEND_DIR_DEFAULT, m->file);
   if (beside[0] != '\0' && exists(beside)) {
     snprintf(m->path, sizeof m->path, "%s", beside);
     return LAMP_OK;
@@ -126,7 +129,7 @@ static lamp_status locate(module *m) {
   }
   m->path[0] = '\0';
   if (!m->built) return fail(m, LAMP_ERR_UNSUPPORTED, "%s", m->not_built);
-  if (strcmp(beside, built) == 0) /* lamp run from its build folder */
+  if (strcmp(beside, built) == 0) /* lamp run from its build folder, or installed */
     return fail(m, LAMP_ERR_UNSUPPORTED,
                 "the backend module %s was not found (looked for %s; set LAMP_BACKEND_DIR to the folder holding it)",
                 m->file, built);

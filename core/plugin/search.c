@@ -15,6 +15,7 @@
 
 #include "base/error.h"
 #include "base/file_kind.h"
+#include "base/install_tree.h"
 #include "base/log.h"
 #include "plugin/loader.h"
 
@@ -48,9 +49,26 @@ int lamp_kind_parse(const char *name, lamp_kind *out) {
   return 0;
 }
 
+/* An installed lamp's own plugin folder, <tree>/plugins ("" for a lamp in its build folder). */
+static char installed_plugins[PATH_MAX];
+static pthread_once_t installed_once = PTHREAD_ONCE_INIT;
+
+static void find_installed_plugins(void) {
+  const char *tree = lamp_install_tree();
+  if (tree != NULL && (size_t)snprintf(installed_plugins, sizeof installed_plugins, "%s/plugins", tree) >=
+                          sizeof installed_plugins)
+    installed_plugins[0] = '\0';
+}
+
+/* The folder of the core's own plugins: the installation's, else the build's. */
+static const char *own_plugin_dir(void) {
+  pthread_once(&installed_once, find_installed_plugins);
+  return installed_plugins[0] != '\0' ? installed_plugins : LAMP_PLUGIN_DIR_DEFAULT;
+}
+
 const char *lamp_plugin_dir(void) {
   const char *dir = getenv("LAMP_PLUGIN_DIR");
-  return dir != NULL && dir[0] != '\0' ? dir : LAMP_PLUGIN_DIR_DEFAULT;
+  return dir != NULL && dir[0] != '\0' ? dir : own_plugin_dir();
 }
 
 /* }====================================================== */
@@ -280,8 +298,8 @@ static int unsafe(const char *path, const struct stat *st, int is_file, unsafe_r
 }
 
 /*
-** The lamp tree: the folder holding the plugin folder lamp was built with (the build folder, or
-** an installation's lib/lamp), without symbolic links; "" when it cannot be resolved. Folders
+** The lamp tree: the folder holding the core's own plugin folder (the build folder, or an
+** installation's lib/lamp, see base/install_tree.h), without symbolic links; "" when it cannot be resolved. Folders
 ** above it are exactly as trusted as the lamp executable and the core's plugins inside it:
 ** whoever can replace one of them can replace lamp itself, plugin check or not. So a plugin inside
 ** the tree is checked up to the tree's top, any other plugin up to "/"; and a checkout under a
@@ -292,7 +310,7 @@ static pthread_once_t tree_once = PTHREAD_ONCE_INIT;
 
 static void find_tree(void) {
   char plugins[PATH_MAX];
-  if (realpath(LAMP_PLUGIN_DIR_DEFAULT, plugins) == NULL) return;
+  if (realpath(own_plugin_dir(), plugins) == NULL) return;
   char *slash = strrchr(plugins, '/');
   if (slash != NULL && slash != plugins) *slash = '\0';
   snprintf(tree, sizeof tree, "%s", plugins);
