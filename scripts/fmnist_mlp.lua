@@ -15,7 +15,9 @@
 -- into DIR/previous-<n> (nothing is deleted; that folder can be resumed from).
 -- The default recipe is the reference one (PyTorch reaches 86.45-86.75 % after one epoch):
 -- 784-1024-1024-10, SGD lr 0.05 momentum 0.9, batch 128, learning rate falling to 0 along a
--- cosine over the run. adam and adamw default to lr 1e-3 and weight decay 0.01.
+-- cosine over the run. adam and adamw default to lr 1e-3 and weight decay 0.01. --precision, --comm
+-- and --optim also take a plugin's path (./lion.so) or a name found on LAMP_PLUGIN_PATH; such an
+-- optimizer keeps its own defaults unless --lr or --wd is given.
 --
 -- --batch is the global batch: under scripts/lamp-run -n N each rank takes batch/N samples a step
 -- from its own shard (comm "auto" picks mpi under mpirun, single otherwise).

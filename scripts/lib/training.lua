@@ -3,7 +3,8 @@
 -- loop with --save/--save_every/--keep/--resume/--start_over, and the memory ledger table.
 local M = {}
 
--- adam/adamw: lr 1e-3, weight decay 0.01 unless given; sgd: lr `sgd_lr` (0.05) with momentum.
+-- adam/adamw: lr 1e-3, weight decay 0.01 unless given; sgd: lr `sgd_lr` (0.05) with momentum; any
+-- other (a third-party plugin, by name or path): its own defaults, --lr and --wd only where given.
 function M.optimizer(lamp, args, sgd_lr)
   local name = args.optim
   local adam = name == "adam" or name == "adamw"
@@ -11,7 +12,10 @@ function M.optimizer(lamp, args, sgd_lr)
   local wd = args.wd == "auto" and (adam and 0.01 or 0) or args.wd
   if adam then return lamp.optim(name, { lr = lr, weight_decay = wd }) end
   if name == "sgd" then return lamp.optim(name, { lr = lr, momentum = args.momentum, weight_decay = wd }) end
-  return lamp.optim(name, { lr = lr }) -- a third-party optimizer: only lr is assumed
+  local opts = {}
+  if args.lr ~= "auto" then opts.lr = args.lr end
+  if args.wd ~= "auto" then opts.weight_decay = args.wd end
+  return lamp.optim(name, opts)
 end
 
 -- A whole number >= min from the command line, else an error naming the argument and what was given.
