@@ -19,27 +19,34 @@ struct lamp_metrics_file {
   char path[];
 };
 
+static lamp_status not_regular(const char *path) {
+  return lamp_error(LAMP_ERR_INVALID_USAGE, "the metrics file %s is not a regular file", path);
+}
+
+/* Only a regular file can be cut back on a resume; and opening a FIFO to write would wait for a
+   reader, hence the look first and O_NONBLOCK (which regular files ignore). */
 lamp_status lamp_metrics_file_open(lamp_metrics_file **out, const char *path) {
   *out = NULL;
+  struct stat st;
+  if (stat(path, &st) == 0 && !S_ISREG(st.st_mode) && !S_ISDIR(st.st_mode)) return not_regular(path);
   size_t n = strlen(path);
   lamp_metrics_file *f = malloc(sizeof *f + n + 1);
   if (f == NULL) return lamp_error(LAMP_ERR_SYSTEM, "metrics file %s: out of memory", path);
   memcpy(f->path, path, n + 1);
-  f->fd = open(path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0666);
+  f->fd = open(path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC | O_NONBLOCK, 0666);
   if (f->fd < 0) {
     int e = errno;
     free(f);
     return lamp_error(LAMP_ERR_INVALID_USAGE, "cannot open the metrics file %s for writing: %s", path, strerror(e));
   }
-  struct stat st;
   if (fstat(f->fd, &st) != 0) {
     int e = errno;
     lamp_metrics_file_close(f);
     return lamp_error(LAMP_ERR_SYSTEM, "cannot read the size of the metrics file %s: %s", path, strerror(e));
   }
-  if (!S_ISREG(st.st_mode)) { /* a pipe or a device could not be cut back on a resume */
+  if (!S_ISREG(st.st_mode)) {
     lamp_metrics_file_close(f);
-    return lamp_error(LAMP_ERR_INVALID_USAGE, "the metrics file %s is not a regular file", path);
+    return not_regular(path);
   }
   f->size = st.st_size;
   *out = f;

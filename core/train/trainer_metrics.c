@@ -37,14 +37,13 @@ static int recording(const lamp_trainer *t) { return t->metrics != NULL && !t->m
 /* Training matters more than its record: a failure is said once, and recording stops. */
 static void stop(lamp_run_metrics *m, const char *why) {
   m->stopped = 1;
-  lamp_log(LAMP_LOG_WARN, "metrics", "%s; no more records are written to %s (training goes on)", why,
-           lamp_metrics_file_path(m->file));
+  lamp_log(LAMP_LOG_WARN, "metrics", "%s; recording stops here, training goes on", why);
 }
 
 /* Writes the record (NULL: building it ran out of memory) and drops the reference. */
 static void write_record(lamp_run_metrics *m, json_t *record) {
   if (record == NULL) {
-    stop(m, "out of memory for a record");
+    stop(m, "out of memory for a record of the metrics file");
     return;
   }
   lamp_status st = m->decided ? LAMP_OK : lamp_metrics_file_start_over(m->file);
@@ -162,7 +161,7 @@ void lamp_trainer_metrics_train_end(lamp_trainer *t, const lamp_epoch_result *r,
   m->seconds += r->seconds;
   if (!r->epoch_done) return;
   m->waiting = epoch_record(t, m);
-  if (m->waiting == NULL) stop(m, "out of memory for a record");
+  if (m->waiting == NULL) stop(m, "out of memory for a record of the metrics file");
   start_epoch_sums(m);
 }
 
