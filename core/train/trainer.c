@@ -305,6 +305,7 @@ lamp_status lamp_trainer_new(lamp_trainer **out, const lamp_trainer_config *conf
     return st;
   }
   log_start(t);
+  lamp_trainer_metrics_ready(t);
   *out = t;
   return LAMP_OK;
 }

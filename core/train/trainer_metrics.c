@@ -64,9 +64,12 @@ lamp_status lamp_trainer_metrics_open(lamp_trainer *t, const char *path) {
     free(m);
     return lamp_error_context(st, "Trainer");
   }
-  m->created = m->clock = now_seconds();
   t->metrics = m;
   return LAMP_OK;
+}
+
+void lamp_trainer_metrics_ready(lamp_trainer *t) {
+  if (t->metrics != NULL) t->metrics->created = t->metrics->clock = now_seconds();
 }
 
 void lamp_trainer_metrics_flush(lamp_trainer *t) {

@@ -25,6 +25,8 @@ typedef struct lamp_run_metrics lamp_run_metrics;
 
 /* Opens config.metrics on rank 0 (a path that cannot be written is an error naming it). */
 lamp_status lamp_trainer_metrics_open(lamp_trainer *t, const char *path);
+/* The trainer is made: its clocks start ("elapsed", the first step's samples/s). */
+void lamp_trainer_metrics_ready(lamp_trainer *t);
 /* Writes the waiting epoch record and closes the file. */
 void lamp_trainer_metrics_close(lamp_trainer *t);
 
