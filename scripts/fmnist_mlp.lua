@@ -5,6 +5,7 @@
 --       [--wd=] [--accum=1] [--clip=0] [--schedule=cosine|warmup_cosine|step|constant] [--warmup=0]
 --       [--data=fashion-mnist] [--limit=N] [--bucket_mb=25] [--compress=none|bf16|fp16]
 --       [--save=DIR] [--save_every=STEPS] [--keep=3] [--resume=DIR] [--start_over] [--device=cpu]
+--       [--metrics=FILE]
 --
 -- --save=DIR writes a checkpoint into DIR at the end of every epoch (and every --save_every
 -- optimizer steps), keeping the --keep newest of this run (another run's are never deleted).
@@ -13,6 +14,9 @@
 -- checkpoints are all damaged is refused. Both may name the same folder. A fresh run refuses a
 -- --save folder that holds another run's checkpoints unless --start_over, which moves them
 -- into DIR/previous-<n> (nothing is deleted; that folder can be resumed from).
+-- --metrics=FILE records every optimizer step and epoch in FILE as JSON Lines (docs/metrics.md;
+-- draw it with build/lamp plot FILE -o run.png): a fresh run starts FILE afresh, a resumed one
+-- continues it.
 -- The default recipe is the reference one (PyTorch reaches 86.45-86.75 % after one epoch):
 -- 784-1024-1024-10, SGD lr 0.05 momentum 0.9, batch 128, learning rate falling to 0 along a
 -- cosine over the run. adam and adamw default to lr 1e-3 and weight decay 0.01. --precision, --comm
@@ -30,7 +34,7 @@ local args = lamp.parse_args(arg, {
   epochs = 1, batch = 128, lr = "auto", momentum = 0.9, wd = "auto", hidden = "1024,1024", seed = 0,
   precision = "fp32", comm = "auto", optim = "sgd", schedule = "cosine", warmup = 0, accum = 1, clip = 0,
   data = "fashion-mnist", limit = 0, bucket_mb = 25, compress = "none",
-  save = "", save_every = 0, keep = 3, resume = "", start_over = false, device = "cpu",
+  save = "", save_every = 0, keep = 3, resume = "", start_over = false, device = "cpu", metrics = "",
 })
 
 local function hidden_sizes(spec)
@@ -78,7 +82,7 @@ end
 local trainer = lamp.Trainer { model = model, loss = nn.CrossEntropy(), precision = precision, comm = comm,
                                optim = optim, schedule = schedules[args.schedule](), seed = args.seed,
                                accum = args.accum, clip = args.clip, bucket_mb = args.bucket_mb,
-                               compress = args.compress }
+                               compress = args.compress, metrics = training.metrics(args) }
 
 lamp.log0(tostring(model))
 lamp.log0(string.format("%d parameters, %d training samples, batch %d x accum %d, %d optimizer steps, %s %s %s",

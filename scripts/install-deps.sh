@@ -6,8 +6,11 @@ set -euo pipefail
 # clang and libclang-rt-14-dev (libFuzzer and clang's sanitizer runtimes) build the fuzz harnesses
 # (scripts/fuzz.sh); GCC's ASan/UBSan runtimes (scripts/sanitize.sh) come with build-essential.
 # procps (ps, pkill) and util-linux (setsid) let scripts/lamp-run end a job it started.
+# libjansson-dev writes and reads the metrics files; gnuplot-nox draws them (lamp plot); jq reads
+# them in the tests (tests/cli/test_metrics.sh).
 packages=(build-essential cmake pkg-config liblua5.4-dev libcmocka-dev libopenblas-dev zlib1g-dev
-          dataset-fashion-mnist libopenmpi-dev openmpi-bin clang libclang-rt-14-dev procps util-linux)
+          dataset-fashion-mnist libopenmpi-dev openmpi-bin clang libclang-rt-14-dev procps util-linux
+          libjansson-dev gnuplot-nox jq)
 if [[ "${1:-}" == "--bench" ]]; then packages+=(python3-torch python3-numpy); fi
 
 missing=()

@@ -5,6 +5,11 @@
 --
 --   build/lamp scripts/precision_tour.lua [--nets=mlp,resnet] [--epochs=1] [--resnet_epochs=1]
 --       [--batch=128] [--seed=0] [--hidden=1024,1024] [--policies=fp32,fp16,bf16] [--limit=N]
+--       [--metrics=PREFIX]
+--
+-- --metrics=PREFIX records each run in PREFIX-<net>-<policy>.jsonl (PREFIX ending in '/': a folder,
+-- PREFIX<net>-<policy>.jsonl), so that build/lamp plot PREFIX-mlp-*.jsonl -o mlp.png draws the
+-- policies over one another (docs/metrics.md).
 package.path = arg[0]:gsub("[^/]*$", "") .. "lib/?.lua;" .. package.path
 local lamp = require "lamp"
 local resnet = require "resnet"
@@ -12,7 +17,8 @@ local training = require "training"
 local nn = lamp.nn
 
 local args = lamp.parse_args(arg, { epochs = 1, resnet_epochs = 1, batch = 128, seed = 0, hidden = "1024,1024",
-                                    policies = "fp32,fp16,bf16", nets = "mlp,resnet", limit = 0, lr = 0.05 })
+                                    policies = "fp32,fp16,bf16", nets = "mlp,resnet", limit = 0, lr = 0.05,
+                                    metrics = "" })
 
 local function list(spec)
   local out = {}
@@ -38,6 +44,13 @@ local function build_model(net)
   return nn.Sequential(layers)
 end
 
+-- The metrics file of one run, or nil without --metrics.
+local function metrics_file(net, policy)
+  local prefix = training.metrics(args)
+  if prefix == nil then return nil end
+  return string.format("%s%s%s-%s.jsonl", prefix, prefix:sub(-1) == "/" and "" or "-", net, policy)
+end
+
 local categories = { "params", "grads", "master", "optim_state", "activations", "workspace" }
 
 local function run(net, policy, epochs)
@@ -50,6 +63,7 @@ local function run(net, policy, epochs)
     model = build_model(net), loss = nn.CrossEntropy(), precision = lamp.precision(policy), comm = comm,
     optim = lamp.optim("sgd", { lr = args.lr, momentum = 0.9 }),
     schedule = lamp.lr.cosine { total = loader:batches() * epochs }, seed = args.seed,
+    metrics = metrics_file(net, policy),
   }
   local samples, seconds = 0, 0
   for _ = 1, epochs do

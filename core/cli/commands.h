@@ -10,6 +10,9 @@ int lamp_cmd_plugins(void);
 int lamp_cmd_plugin_info(const char *path);
 /* Every device kind: available with its devices, or why not (devices_cmd.c). */
 int lamp_cmd_devices(void);
+/* `lamp plot FILE.jsonl ... -o OUT.png`: metrics files drawn by gnuplot (plot_cmd.c); the arguments
+   after "plot". */
+int lamp_cmd_plot(int argc, char **argv);
 
 /* Re-executes once with a faster OpenBLAS kernel where the library misdetects the CPU. */
 void lamp_cli_tune_blas(char **argv);

@@ -7,6 +7,7 @@
 **   lamp plugins                list every plugin found
 **   lamp plugin-info PATH       print a plugin's descriptor without initialising it
 **   lamp devices                the devices this process can use, or why not
+**   lamp plot FILE.jsonl... -o OUT.png [--size=WxH]   metrics files drawn into one PNG (gnuplot)
 */
 #include <stdio.h>
 #include <string.h>
@@ -20,6 +21,8 @@ static void usage(FILE *out) {
           "       lamp plugins                list every plugin found, with kind, version, ABI and path\n"
           "       lamp plugin-info PATH       print a plugin's descriptor without initialising it\n"
           "       lamp devices                the devices this process can use (cpu, cuda), or why not\n"
+          "       lamp plot FILE.jsonl [FILE.jsonl ...] -o OUT.png [--size=WIDTHxHEIGHT]\n"
+          "                                   draw metrics files (Trainer{metrics = ...}) with gnuplot\n"
           "       lamp --version | --help\n"
           "environment: LAMP_PLUGIN_PATH (';'-separated templates, '?' = name, '!' = kind),\n"
           "             LAMP_PLUGIN_DIR, LAMP_BACKEND_DIR (the folder holding cuda.so), LAMP_DATA_DIR,\n"
@@ -57,5 +60,6 @@ int lamp_cli_main(int argc, char **argv) {
     }
     return lamp_cmd_plugin_info(argv[2]);
   }
+  if (strcmp(cmd, "plot") == 0) return lamp_cmd_plot(argc - 2, argv + 2);
   return lamp_cmd_run_script(cmd, argc - 2, argv + 2);
 }

@@ -11,7 +11,7 @@ enum { UV_PRECISION = 1, UV_COMM, UV_OPTIM, UV_COUNT = UV_OPTIM };
 
 static const char *const trainer_fields[] = {"model", "loss",     "precision", "comm",         "optim",     "accum",
                                              "clip",  "schedule", "seed",      "param_groups", "bucket_mb", "compress",
-                                             "device", "max_skipped", "graphs", NULL};
+                                             "device", "max_skipped", "graphs", "metrics", NULL};
 static const char *const group_fields[] = {"match", "lr_mult", "decay", NULL};
 
 static void *required_object(lua_State *L, const char *field, const char *tname, const char *hint) {
@@ -165,8 +165,16 @@ static int trainer_new(lua_State *L) {
   if (lua_getfield(L, 1, "graphs") != LUA_TNIL)
     c.graphs = lampL_optfield_boolean(L, 1, "Trainer", "graphs", 0) ? LAMP_GRAPHS_ON : LAMP_GRAPHS_OFF;
   lua_pop(L, 1);
+  /* metrics = "run.jsonl": rank 0 records every step and epoch there (docs/metrics.md). The
+     string stays on the stack until the trainer is made, which copies it. */
+  if (lua_getfield(L, 1, "metrics") != LUA_TNIL) {
+    if (lua_type(L, -1) != LUA_TSTRING)
+      luaL_error(L, "Trainer: 'metrics' must be a file name (a string), got %s", luaL_typename(L, -1));
+    c.metrics = lua_tostring(L, -1);
+  }
   lamp_trainer *t;
   lampL_check(L, lamp_trainer_new(&t, &c));
+  lua_pop(L, 1);
   lampL_pushbox(L, LAMP_TRAINER_CLASS, t, UV_COUNT);
   int box = lua_gettop(L);
   keep_borrowed(L, box);

@@ -35,6 +35,8 @@ static lamp_status check_config(const lamp_trainer_config *c) {
     return lamp_error(LAMP_ERR_INVALID_ARG, "Trainer: 'graphs' must be auto (0), on (1) or off (2), got %d", (int)c->graphs);
   if (!(c->clip >= 0.0) || isinf(c->clip))
     return lamp_error(LAMP_ERR_INVALID_ARG, "Trainer: 'clip' must be a finite number >= 0 (0 disables), got %g", c->clip);
+  if (c->metrics != NULL && c->metrics[0] == '\0')
+    return lamp_error(LAMP_ERR_INVALID_ARG, "Trainer: 'metrics' must name a file, got an empty string");
   return lamp_schedule_validate(&c->schedule);
 }
 
@@ -283,6 +285,7 @@ lamp_status lamp_trainer_new(lamp_trainer **out, const lamp_trainer_config *conf
   lamp_trainer *t = calloc(1, sizeof *t);
   if (t == NULL) return lamp_error(LAMP_ERR_SYSTEM, "Trainer: out of memory");
   t->config = *config;
+  t->config.metrics = NULL; /* the caller's string: the metrics file keeps its own copy */
   lamp_layer_retain(config->model);
   lamp_loss_retain(config->loss);
   if (lamp_optim_hparam(config->optim, "lr", &t->base_lr) != 0) t->base_lr = 0.0; /* an optimizer without lr */
@@ -290,7 +293,10 @@ lamp_status lamp_trainer_new(lamp_trainer **out, const lamp_trainer_config *conf
   lamp_log_set_rank(lamp_comm_rank(config->comm)); /* progress and info lines on rank 0 only */
   t->stats.loss_scale = 1.0;
   double bucket_mb = config->bucket_mb > 0.0 ? config->bucket_mb : 25.0;
-  if ((st = build_model(t)) != LAMP_OK || (st = broadcast_initial_parameters(t)) != LAMP_OK ||
+  /* The metrics file before the first collective: a rank 0 that cannot write it stops there, and
+     the others hear of it as of any rank that never arrived. */
+  if ((st = lamp_trainer_metrics_open(t, config->metrics)) != LAMP_OK || (st = build_model(t)) != LAMP_OK ||
+      (st = broadcast_initial_parameters(t)) != LAMP_OK ||
       (st = allocate_optimizer_state(t)) != LAMP_OK || (st = allocate_report(t)) != LAMP_OK ||
       (st = build_segments(t)) != LAMP_OK || (st = init_graphs(t)) != LAMP_OK ||
       (st = lamp_grad_buckets_init(&t->buckets, t->model, config->comm, config->device,
@@ -299,6 +305,7 @@ lamp_status lamp_trainer_new(lamp_trainer **out, const lamp_trainer_config *conf
     return st;
   }
   log_start(t);
+  lamp_trainer_metrics_ready(t);
   *out = t;
   return LAMP_OK;
 }
@@ -318,6 +325,7 @@ static void free_staged(lamp_trainer *t) {
 
 void lamp_trainer_free(lamp_trainer *t) {
   if (t == NULL) return;
+  lamp_trainer_metrics_close(t);
   for (uint32_t i = 0; i < LAMP_OPTIM_MAX_SLOTS; i++) lamp_mem_free(t->slots[i]);
   free(t->segments);
   lamp_mem_free(t->report);
@@ -566,14 +574,14 @@ static lamp_status finish_accumulation_group(lamp_trainer *t, double scale) {
     t->stats.skipped_steps++;
     t->stats.skipped_in_a_row++;
     log_skip(t, scale);
-    if ((st = check_skip_limit(t, scale)) != LAMP_OK) return st;
   } else {
     st = optimizer_step(t, scale);
     if (st != LAMP_OK) return st;
     t->stats.skipped_in_a_row = 0;
   }
   t->stats.loss_scale = lamp_precision_loss_scale(t->config.precision);
-  return LAMP_OK;
+  lamp_trainer_metrics_step(t, scale, skip); /* the step that reaches max_skipped too */
+  return skip ? check_skip_limit(t, scale) : LAMP_OK;
 }
 
 /* The plugin's loss scale for this step: a finite number > 0, or training stops. A scale of 0
@@ -608,6 +616,7 @@ static lamp_status step(lamp_trainer *t, const lamp_tensor *x, const lamp_tensor
 }
 
 lamp_status lamp_trainer_step(lamp_trainer *t, const lamp_tensor *x, const lamp_tensor *y) {
+  lamp_trainer_metrics_flush(t);
   return step(t, x, y); /* the caller may reuse x and y now: the device reads a copy */
 }
 
@@ -705,6 +714,7 @@ lamp_status lamp_trainer_train(lamp_trainer *t, lamp_loader *loader, uint64_t ma
   if (st == LAMP_OK) st = check_loader_has_batches(t, loader);
   if (st == LAMP_OK) st = position_loader(t, loader);
   if (st != LAMP_OK) return st;
+  lamp_trainer_metrics_train_begin(t);
   const uint64_t per_epoch = lamp_loader_batches_per_epoch(loader);
   lamp_progress progress;
   lamp_progress_start(&progress, t->epochs_done + 1, (size_t)per_epoch, t->stats.world);
@@ -740,6 +750,7 @@ lamp_status lamp_trainer_train(lamp_trainer *t, lamp_loader *loader, uint64_t ma
   result->seconds = lamp_progress_finish(&progress, (size_t)t->epoch_batches, result->samples, result->mean_loss,
                                          t->stats.lr, t->stats.loss_scale, result->skipped_steps, result->steps);
   result->samples_per_second = result->seconds > 0 ? (double)result->samples * t->stats.world / result->seconds : 0.0;
+  lamp_trainer_metrics_train_end(t, result, loss_sum, batches);
   return LAMP_OK;
 }
 
@@ -783,6 +794,7 @@ lamp_status lamp_trainer_evaluate(lamp_trainer *t, lamp_loader *loader, lamp_eva
   result->samples = (uint64_t)sums[2];
   result->mean_loss = sums[2] > 0 ? sums[0] / sums[2] : 0.0;
   result->accuracy = sums[2] > 0 ? sums[1] / sums[2] : 0.0;
+  lamp_trainer_metrics_evaluate(t, result);
   return LAMP_OK;
 }
 

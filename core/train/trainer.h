@@ -53,6 +53,8 @@ typedef struct lamp_trainer_config {
                                  training with an error: 0 means LAMP_TRAINER_DEFAULT_MAX_SKIPPED,
                                  < 0 no limit */
   lamp_graphs_mode graphs;
+  const char *metrics;        /* a JSON Lines file rank 0 records the run in (trainer_metrics.h,
+                                 docs/metrics.md); NULL: none. Read by lamp_trainer_new only */
 } lamp_trainer_config;
 
 typedef struct lamp_trainer_stats {

@@ -274,6 +274,7 @@ static lamp_status save(lamp_trainer *t, const destination *to, char *out, size_
   verdict v = {0};
   lamp_status mine = LAMP_OK;
   if (rank_of(t) == 0) {
+    lamp_trainer_metrics_checkpoint(t); /* the file is never behind the checkpoint */
     mine = write_rank0(t, to, v.path, sizeof v.path);
     v.failed = mine != LAMP_OK;
     if (mine == LAMP_OK) lamp_log(LAMP_LOG_INFO, "trainer", "checkpoint written: %s (step %llu)", v.path,
@@ -601,6 +602,7 @@ lamp_status lamp_trainer_resume(lamp_trainer *t, const char *path_or_dir, char *
       lamp_log(LAMP_LOG_INFO, "trainer", "resumed from %s: step %llu, epoch %llu%s", v.path,
                (unsigned long long)t->stats.steps, (unsigned long long)t->epochs_done + 1,
                t->epoch_open ? " (continuing it)" : "");
+    if (st == LAMP_OK) lamp_trainer_metrics_resumed(t);
   }
   free(blob);
   if (found != NULL) *found = v.found;

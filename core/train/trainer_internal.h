@@ -9,6 +9,7 @@
 #include "train/grad_buckets.h"
 #include "train/step_graph.h"
 #include "train/trainer.h"
+#include "train/trainer_metrics.h"
 
 /* What a step tells the host: written on the device, read back in one copy (the step's one
    synchronisation; evaluate reads its first part after every batch). */
@@ -59,6 +60,7 @@ struct lamp_trainer {
   /* The run its checkpoint folders belong to (lamp_ckpt_run in core/checkpoint): 0 until its
      first save into a folder or its resume, which adopts the id of the folder resumed from. */
   uint64_t ckpt_run_id;
+  lamp_run_metrics *metrics;  /* rank 0's record of the run, when the config names a file */
 };
 
 #endif

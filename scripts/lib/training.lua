@@ -61,9 +61,18 @@ local function check_save_folder(lamp, args, resumed)
   end
 end
 
+-- --metrics=FILE: the Trainer's metrics file (JSON Lines, docs/metrics.md); nil when not given.
+function M.metrics(args)
+  local file = args.metrics
+  if file == "" or file == nil then return nil end
+  if type(file) == "boolean" then error("--metrics needs a file name: --metrics=FILE", 0) end
+  return tostring(file)
+end
+
 -- Resumes if asked, then trains until args.epochs epochs are done, saving into args.save (if
 -- set) every args.save_every optimizer steps and at the end of every epoch, evaluating and
--- logging after every epoch. Returns the last evaluation.
+-- logging after every epoch. Returns the last evaluation. An epoch is evaluated before it is
+-- saved, so that its metrics record (written at the latest by the save) has the test numbers.
 function M.run(lamp, trainer, loader, test_loader, args)
   local resumed
   if args.resume ~= "" then
@@ -75,12 +84,12 @@ function M.run(lamp, trainer, loader, test_loader, args)
   while trainer:stats().epochs < args.epochs do
     local epoch = trainer:stats().epochs + 1
     local r = trainer:epoch(loader, { max_steps = args.save ~= "" and args.save_every or 0 })
-    if args.save ~= "" then trainer:save { dir = args.save, keep = args.keep, start_over = args.start_over } end
     if r.done then
       last = trainer:evaluate(test_loader)
       lamp.log0(string.format("epoch %d  train loss %.4f  test loss %.4f  test accuracy %.2f %%  %.0f samples/s",
         epoch, r.loss, last.loss, 100 * last.accuracy, r.samples_per_s))
     end
+    if args.save ~= "" then trainer:save { dir = args.save, keep = args.keep, start_over = args.start_over } end
   end
   return last or trainer:evaluate(test_loader)
 end

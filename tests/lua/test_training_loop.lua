@@ -165,7 +165,7 @@ do
 end
 
 expect_error(function() trainer_with { epochs = 3 } end,
-  "Trainer: unknown field 'epochs'; valid fields: model, loss, precision, comm, optim, accum, clip, schedule, seed, param_groups, bucket_mb, compress, device, max_skipped, graphs")
+  "Trainer: unknown field 'epochs'; valid fields: model, loss, precision, comm, optim, accum, clip, schedule, seed, param_groups, bucket_mb, compress, device, max_skipped, graphs, metrics")
 -- Asserted for a machine without a CUDA driver (CI); ctest says whether the build has the module.
 local have_cuda = assert(os.getenv("LAMP_TEST_HAVE_CUDA"), "run under ctest (LAMP_TEST_HAVE_CUDA)") == "1"
 expect_error(function() trainer_with { device = "cuda" } end, have_cuda

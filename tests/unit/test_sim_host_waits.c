@@ -10,7 +10,8 @@
 ** The run: an MLP with Dropout (its mask is drawn on the host and uploaded every forward), fp16
 ** with the dynamic scaler from a scale that overflows and grows back every 2 clean steps (so the
 ** window holds skipped and taken steps), clipping, accumulation 1, 2 and 4, from a loader on the host
-** (every micro-batch uploaded) and from host tensors through lamp_trainer_step.
+** (every micro-batch uploaded) and from host tensors through lamp_trainer_step; and again with a
+** metrics file, whose records use only what the report brought back.
 */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -18,6 +19,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include <cmocka.h>
 
@@ -63,6 +65,9 @@ static lamp_layer *mlp(void) {
   return seq(4, (lamp_layer *[]){linear(IN, 12), relu(), drop, linear(12, 3)});
 }
 
+/* The metrics file of the runs (Trainer{metrics = ...}), or NULL. */
+static const char *metrics_file;
+
 static run open_run(int accum) {
   run r;
   static const lamp_option scaler[] = {{"init_scale", 1048576.0}, {"growth_interval", 2}};
@@ -73,7 +78,7 @@ static run open_run(int accum) {
   OK(lamp_cross_entropy_new(&r.loss));
   lamp_layer *net = mlp();
   lamp_trainer_config c = {.model = net, .loss = r.loss, .precision = r.prec, .comm = r.comm, .optim = r.optim,
-                           .device = LAMP_SIM, .accum = accum, .clip = 0.5, .seed = 3};
+                           .device = LAMP_SIM, .accum = accum, .clip = 0.5, .seed = 3, .metrics = metrics_file};
   OK(lamp_trainer_new(&r.t, &c));
   lamp_layer_release(net);
   r.ds = dataset();
@@ -148,6 +153,19 @@ static void test_one_wait_per_step_from_host_tensors_accumulating(void **state) 
   check_host_batches(2);
 }
 
+/* Recording every step (loss, scale, gradient norm, samples/s) adds no wait. */
+static void test_one_wait_per_step_with_a_metrics_file(void **state) {
+  (void)state;
+  mkdir(LAMP_TEST_TMP_DIR, 0755);
+  metrics_file = LAMP_TEST_TMP_DIR "/host_waits.jsonl";
+  check_loader_steps(2);
+  check_host_batches(1);
+  struct stat st;
+  assert_int_equal(stat(metrics_file, &st), 0);
+  assert_true(st.st_size > 0);
+  metrics_file = NULL;
+}
+
 static int setup(void **state) {
   (void)state;
   lamp_log_set_level(LAMP_LOG_WARN);
@@ -166,6 +184,7 @@ int main(void) {
       cmocka_unit_test(test_one_wait_per_step_from_a_loader_accumulating),
       cmocka_unit_test(test_one_wait_per_step_from_host_tensors),
       cmocka_unit_test(test_one_wait_per_step_from_host_tensors_accumulating),
+      cmocka_unit_test(test_one_wait_per_step_with_a_metrics_file),
   };
   return cmocka_run_group_tests(tests, setup, teardown);
 }
