@@ -5,9 +5,10 @@
 **
 ** What goes in (names as they appear in `lamp.checkpoint.info`):
 **   metas    lamp.kind "trainer", lamp.trainer_version, run.* (model description, precision,
-**            optimizer and its hyper-parameters, comm, world size, accumulation, seed (also the key
-**            of stochastic rounding, which a resume continues with), clip, schedule), state.* (steps, skipped steps, micro-steps, samples, epochs done, the open
-**            epoch and its position, last loss, lr, the stochastic layers' forward count)
+**            optimizer and its hyper-parameters, comm, world size, accumulation, seed (also the
+**            key of stochastic rounding, which a resume continues with), clip, schedule), state.*
+**            (steps, skipped steps, micro-steps, samples, epochs done, the open epoch and its
+**            position, last loss, lr, the stochastic layers' forward count)
 **   tensors  param.<name>   the fp32 parameters the optimizer updates (the masters when the
 **                           policy keeps them); without masters, a 16-bit policy's weights as
 **                           stored (keep_f32 parameters stay fp32)

@@ -48,7 +48,9 @@
 
 static lamp_model *fp16_model(int masters, int stochastic) {
   lamp_model *m;
-  OK(lamp_model_new(&m, linear(1, 1)));
+  lamp_layer *root = linear(1, 1);
+  OK(lamp_model_new(&m, root));
+  lamp_layer_release(root); /* the model holds its own reference */
   lamp_model_config c = {.device = LAMP_CPU, .weight_dtype = LAMP_F16, .compute_dtype = LAMP_F16,
                          .activation_dtype = LAMP_F16, .master_weights = masters, .seed = 5,
                          .grad_dtype = LAMP_F32, .stochastic_rounding = stochastic};
