@@ -5,7 +5,11 @@
 --       [--wd=] [--accum=1] [--clip=0] [--schedule=cosine|warmup_cosine|step|constant] [--warmup=0]
 --       [--data=fashion-mnist] [--limit=N] [--bucket_mb=25] [--compress=none|bf16|fp16]
 --       [--save=DIR] [--save_every=STEPS] [--keep=3] [--resume=DIR] [--start_over] [--device=cpu]
---       [--metrics=FILE]
+--       [--metrics=FILE] [--master_weights=true|false] [--stochastic_rounding]
+--
+-- --master_weights and --stochastic_rounding set the fp16/bf16 precision options of those names:
+-- --precision=bf16 --master_weights=false rounds every update into the bf16 weights, to nearest
+-- unless --stochastic_rounding.
 --
 -- --save=DIR writes a checkpoint into DIR at the end of every epoch (and every --save_every
 -- optimizer steps), keeping the --keep newest of this run (another run's are never deleted).
@@ -35,6 +39,7 @@ local args = lamp.parse_args(arg, {
   precision = "fp32", comm = "auto", optim = "sgd", schedule = "cosine", warmup = 0, accum = 1, clip = 0,
   data = "fashion-mnist", limit = 0, bucket_mb = 25, compress = "none",
   save = "", save_every = 0, keep = 3, resume = "", start_over = false, device = "cpu", metrics = "",
+  master_weights = "policy", stochastic_rounding = false,
 })
 
 local function hidden_sizes(spec)
@@ -49,7 +54,10 @@ end
 
 lamp.device(args.device) -- before the communicator: "auto" asks the plugins, which see the run device
 local comm = lamp.comm(args.comm)
-local precision = lamp.precision(args.precision)
+local precision_opts = {}
+if args.master_weights ~= "policy" then precision_opts.master_weights = args.master_weights end
+if args.stochastic_rounding then precision_opts.stochastic_rounding = true end
+local precision = lamp.precision(args.precision, precision_opts)
 local optim = training.optimizer(lamp, args)
 
 local train = lamp.data.idx(args.data, "train")

@@ -213,6 +213,15 @@ lamp_status lamp_round_through(lamp_device device, float *dst, const float *src,
 lamp_status lamp_accumulate_rounded(lamp_device device, float *dst, const float *src,
                                     lamp_dtype via, size_t n);
 
+/*
+** dst = src rounded stochastically to dst_dtype (f16 or bf16; tensor/stochastic_round.h): element
+** i with the random word lamp_philox_word(seed, stream, i) (tensor/philox.h), so the bits depend
+** on nothing but the arguments, not on the device, its thread count or its timing. dst and src
+** do not overlap.
+*/
+lamp_status lamp_round_stochastic(lamp_device device, void *dst, lamp_dtype dst_dtype, const float *src,
+                                  size_t n, uint64_t seed, uint64_t stream);
+
 /* x *= alpha. */
 lamp_status lamp_scale(lamp_device device, float *x, size_t n, float alpha);
 

@@ -88,6 +88,10 @@ typedef struct lamp_backend {
   lamp_status (*graph_end)(void **graph); /* *graph NULL on failure */
   lamp_status (*graph_launch)(void *graph);
   void (*graph_free)(void *graph);
+
+  /* {==== stochastic rounding (backend interface 3; backend.h's lamp_round_stochastic) ====} */
+  lamp_status (*round_stochastic)(void *dst, lamp_dtype dst_dtype, const float *src, size_t n, uint64_t seed,
+                                  uint64_t stream);
 } lamp_backend;
 
 /*

@@ -245,6 +245,12 @@ lamp_status lamp_accumulate_rounded(lamp_device device, float *dst, const float 
   return b ? b->accumulate_rounded(dst, src, via, n) : LAMP_ERR_UNSUPPORTED;
 }
 
+lamp_status lamp_round_stochastic(lamp_device device, void *dst, lamp_dtype dst_dtype, const float *src, size_t n,
+                                  uint64_t seed, uint64_t stream) {
+  const lamp_backend *b = WITH(device, round_stochastic);
+  return b ? b->round_stochastic(dst, dst_dtype, src, n, seed, stream) : LAMP_ERR_UNSUPPORTED;
+}
+
 lamp_status lamp_scale(lamp_device device, float *x, size_t n, float alpha) {
   const lamp_backend *b = WITH(device, scale);
   return b ? b->scale(x, n, alpha) : LAMP_ERR_UNSUPPORTED;

@@ -126,7 +126,7 @@ static int precision_policy(lua_State *L) {
   lamp_precision_policy pol = {.struct_size = sizeof pol};
   lampL_check(L, lamp_precision_policy_get(p, &pol));
   static const char *const names[] = {"f32", "f16", "bf16", "i32", "u8"};
-  lua_createtable(L, 0, 7);
+  lua_createtable(L, 0, 8);
 #define SET_DTYPE(field) \
   lua_pushstring(L, pol.field < 5 ? names[pol.field] : "?"); \
   lua_setfield(L, -2, #field)
@@ -140,6 +140,8 @@ static int precision_policy(lua_State *L) {
   lua_setfield(L, -2, "master_weights");
   lua_pushboolean(L, (pol.flags & LAMP_POLICY_LOSS_SCALING) != 0);
   lua_setfield(L, -2, "loss_scaling");
+  lua_pushboolean(L, (pol.flags & LAMP_POLICY_STOCHASTIC_ROUNDING) != 0);
+  lua_setfield(L, -2, "stochastic_rounding");
   return 1;
 }
 

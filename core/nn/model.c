@@ -299,10 +299,13 @@ static lamp_status bind_param(lamp_model *m, size_t i) {
 ** stored in the compute dtype, the layers read the masters and round them to the compute dtype
 ** as they widen: one pass per step instead of rounding into the 16-bit slab and widening it
 ** again. The values the GEMM sees are the same; the 16-bit slab is refreshed only when asked.
+** Not under stochastic rounding: the layers must see the weights as it rounded them, not the
+** masters rounded to nearest.
 */
 static lamp_tensor *slab_for_layers(const lamp_model *m) {
   const lamp_model_config *c = &m->config;
-  if (m->master != NULL && c->weight_dtype == c->compute_dtype && !lamp_device_has(c->device, LAMP_CAP_NATIVE_16BIT_GEMM))
+  if (m->master != NULL && c->weight_dtype == c->compute_dtype && !c->stochastic_rounding &&
+      !lamp_device_has(c->device, LAMP_CAP_NATIVE_16BIT_GEMM))
     return m->master;
   return m->weights;
 }
@@ -424,9 +427,21 @@ lamp_status lamp_model_sync_weights(lamp_model *model) {
                       lamp_tensor_data(src), LAMP_F32, model->numel);
 }
 
+lamp_status lamp_model_update_weights(lamp_model *model, uint64_t seed, uint64_t step) {
+  lamp_status st = require_built(model, "update_weights");
+  if (st != LAMP_OK) return st;
+  if (!model->config.stochastic_rounding || step == 0 || model->weights->dtype == LAMP_F32)
+    return lamp_model_sync_weights(model);
+  /* the layers read the 16-bit slab (slab_for_layers), so there is always one to round into */
+  lamp_tensor *src = model->master != NULL ? model->master : model->staging;
+  return lamp_round_stochastic(model->config.device, lamp_tensor_data(model->weights), model->weights->dtype,
+                               lamp_tensor_data(src), model->numel, seed, step);
+}
+
 void *lamp_model_weights_out(const lamp_model *model, lamp_dtype *dtype) {
   *dtype = LAMP_F32;
   if (model->weights == NULL || model->weights->dtype == LAMP_F32) return NULL;
+  if (model->config.stochastic_rounding) return NULL; /* the core's own rounding, not the plugin's */
   if (model->bound == model->master && model->master != NULL) return NULL; /* sync converts nothing */
   if (model->master == NULL && model->staging == NULL) return NULL;
   *dtype = model->weights->dtype;

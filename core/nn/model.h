@@ -20,6 +20,8 @@ typedef struct lamp_model_config {
   int master_weights;          /* keep an fp32 master slab the optimizer updates */
   uint64_t seed;               /* parameter initialisation */
   lamp_dtype grad_dtype;       /* parameter gradients are produced in this dtype (f32 default) */
+  int stochastic_rounding;     /* 16-bit weights: updates are rounded in stochastically (see
+                                  lamp_model_update_weights); the layers then always read them */
 } lamp_model_config;
 
 /* One parameter tensor's place in the slabs. */
@@ -88,14 +90,25 @@ float *lamp_model_trainable(const lamp_model *model);
 /* Before an optimizer step: loads the staging slab from the 16-bit weights (no-op otherwise). */
 lamp_status lamp_model_begin_update(lamp_model *model);
 
-/* After an optimizer step: rounds the masters (or the staging slab) into the 16-bit weights. */
+/* Rounds the masters (or the staging slab) to nearest into the 16-bit weights: the initial
+   weights, and after an update without stochastic rounding. */
 lamp_status lamp_model_sync_weights(lamp_model *model);
+
+/*
+** After optimizer step `step` (1, 2, ...): the 16-bit weights from the fp32 slab the optimizer
+** updated. Under stochastic rounding (the config's flag) with the random words of
+** lamp_round_stochastic(seed, stream = step) by element of the slab, so that the same seed and
+** step give the same weights on every device; step 0 (no update yet) and every step without the
+** flag round to nearest, as lamp_model_sync_weights.
+*/
+lamp_status lamp_model_update_weights(lamp_model *model, uint64_t seed, uint64_t step);
 
 /*
 ** The 16-bit slab an optimizer step may write in the same pass as its update (its weights_out,
 ** ABI 1.2) with *dtype set to its dtype: the conversion sync_weights would make next, over the
 ** whole slab. NULL where sync_weights converts nothing (fp32 weights, or layers that read the
-** masters). A caller whose step wrote it skips sync_weights for that step.
+** masters) and under stochastic rounding, which the core does itself (update_weights). A caller
+** whose step wrote it skips the update's rounding for that step.
 */
 void *lamp_model_weights_out(const lamp_model *model, lamp_dtype *dtype);
 

@@ -53,6 +53,9 @@ static lamp_status check_policy(const lamp_trainer *t) {
   if (p->accum_dtype != LAMP_F32)
     return lamp_error(LAMP_ERR_UNSUPPORTED, "%s: policy's gradient accumulation dtype %s is not supported (this core accumulates in f32)",
                       name, lamp_dtype_name((lamp_dtype)p->accum_dtype));
+  if ((p->flags & LAMP_POLICY_STOCHASTIC_ROUNDING) && p->weight_dtype == LAMP_F32)
+    return lamp_error(LAMP_ERR_UNSUPPORTED, "%s: policy asks for stochastic rounding with f32 weights; it rounds fp32 values into f16 or bf16 weights, and f32 weights have nothing to round",
+                      name);
   return LAMP_OK;
 }
 
@@ -82,6 +85,7 @@ static lamp_status build_model(lamp_trainer *t) {
       .master_weights = (t->policy.flags & LAMP_POLICY_MASTER_WEIGHTS) != 0,
       .seed = t->config.seed,
       .grad_dtype = (lamp_dtype)t->policy.grad_dtype,
+      .stochastic_rounding = (t->policy.flags & LAMP_POLICY_STOCHASTIC_ROUNDING) != 0,
   };
   st = lamp_model_new(&t->model, t->config.model);
   if (st != LAMP_OK) return st;
@@ -100,11 +104,12 @@ static void precision_facts(lamp_trainer *t, lamp_agree *a) {
   const lamp_precision_policy *p = &t->policy;
   char scale[32];
   lamp_agree_add(a, "the precision plugin", "%s", lamp_precision_handle(t->config.precision)->desc->name);
-  lamp_agree_add(a, "the precision policy", "weights %s, compute %s, activations %s, gradients %s%s%s",
+  lamp_agree_add(a, "the precision policy", "weights %s, compute %s, activations %s, gradients %s%s%s%s",
                  lamp_dtype_name((lamp_dtype)p->weight_dtype), lamp_dtype_name((lamp_dtype)p->compute_dtype),
                  lamp_dtype_name((lamp_dtype)p->activation_dtype), lamp_dtype_name((lamp_dtype)p->grad_dtype),
                  (p->flags & LAMP_POLICY_MASTER_WEIGHTS) ? ", masters" : "",
-                 (p->flags & LAMP_POLICY_LOSS_SCALING) ? ", loss scaling" : "");
+                 (p->flags & LAMP_POLICY_LOSS_SCALING) ? ", loss scaling" : "",
+                 (p->flags & LAMP_POLICY_STOCHASTIC_ROUNDING) ? ", stochastic rounding" : "");
   lamp_agree_add(a, "the initial loss scale", "%s",
                  lamp_agree_number(lamp_precision_loss_scale(t->config.precision), scale, sizeof scale));
 }
@@ -185,13 +190,18 @@ static lamp_status broadcast_buffers(lamp_trainer *t) {
   return lamp_comm_broadcast(t->config.comm, lamp_tensor_data(b), lamp_tensor_numel(b), LAMP_F32, 0, t->config.device);
 }
 
-/* DDP starts from identical parameters: rank 0's initialisation wins. */
+/* DDP starts from identical parameters: rank 0's initialisation wins. Under stochastic rounding
+   the ranks also round with rank 0's seed, so that their 16-bit weights stay identical. */
 static lamp_status broadcast_initial_parameters(lamp_trainer *t) {
   if (lamp_comm_size(t->config.comm) == 1) return LAMP_OK;
   lamp_status agree = check_ranks_agree(t);
   if (agree != LAMP_OK) return agree;
-  lamp_status st = lamp_comm_broadcast(t->config.comm, lamp_model_trainable(t->model), lamp_model_numel(t->model),
-                                       LAMP_F32, 0, t->config.device);
+  lamp_status st = LAMP_OK;
+  if (t->policy.flags & LAMP_POLICY_STOCHASTIC_ROUNDING)
+    st = lamp_comm_broadcast(t->config.comm, &t->rounding_seed, sizeof t->rounding_seed, LAMP_U8, 0, LAMP_HOST);
+  if (st == LAMP_OK)
+    st = lamp_comm_broadcast(t->config.comm, lamp_model_trainable(t->model), lamp_model_numel(t->model), LAMP_F32, 0,
+                             t->config.device);
   if (st == LAMP_OK) st = broadcast_buffers(t);
   if (st != LAMP_OK) return st;
   return lamp_model_sync_weights(t->model);
@@ -268,11 +278,12 @@ static lamp_status init_graphs(lamp_trainer *t) {
 
 static void log_start(const lamp_trainer *t) {
   size_t numel = lamp_model_numel(t->model);
-  lamp_log(LAMP_LOG_INFO, "trainer", "%zu parameters; weights %s, compute %s, activations %s%s; %d rank%s, accum %d, lr %g (%s)",
+  lamp_log(LAMP_LOG_INFO, "trainer", "%zu parameters; weights %s, compute %s, activations %s%s%s; %d rank%s, accum %d, lr %g (%s)",
            numel, lamp_dtype_name((lamp_dtype)t->policy.weight_dtype),
            lamp_dtype_name((lamp_dtype)t->policy.compute_dtype),
            lamp_dtype_name((lamp_dtype)t->policy.activation_dtype),
            (t->policy.flags & LAMP_POLICY_MASTER_WEIGHTS) ? ", fp32 master weights" : "",
+           (t->policy.flags & LAMP_POLICY_STOCHASTIC_ROUNDING) ? ", stochastic rounding" : "",
            t->stats.world, t->stats.world == 1 ? "" : "s", t->config.accum, t->base_lr,
            lamp_schedule_name(t->config.schedule.kind));
 }
@@ -290,6 +301,7 @@ lamp_status lamp_trainer_new(lamp_trainer **out, const lamp_trainer_config *conf
   lamp_loss_retain(config->loss);
   if (lamp_optim_hparam(config->optim, "lr", &t->base_lr) != 0) t->base_lr = 0.0; /* an optimizer without lr */
   t->stats.world = lamp_comm_size(config->comm);
+  t->rounding_seed = config->seed;
   lamp_log_set_rank(lamp_comm_rank(config->comm)); /* progress and info lines on rank 0 only */
   t->stats.loss_scale = 1.0;
   double bucket_mb = config->bucket_mb > 0.0 ? config->bucket_mb : 25.0;
@@ -520,7 +532,8 @@ static lamp_status optimizer_step(lamp_trainer *t, double scale) {
       .lr = lr,
       .grad_scale = coef * unscale,
   };
-  /* A plugin that writes the 16-bit weights in its own pass saves the conversion after it. */
+  /* A plugin that writes the 16-bit weights in its own pass saves the conversion after it (rounding
+     to nearest: under stochastic rounding the model offers no slab, and the core rounds). */
   lamp_dtype out_dtype = LAMP_F32;
   if (lamp_optim_caps(t->config.optim) & LAMP_OPTIM_CAP_WEIGHTS_OUT) {
     step.weights_out = lamp_model_weights_out(t->model, &out_dtype);
@@ -530,7 +543,7 @@ static lamp_status optimizer_step(lamp_trainer *t, double scale) {
   if (st != LAMP_OK) return st;
   t->stats.lr = lr;
   t->stats.steps++;
-  return step.weights_out != NULL ? LAMP_OK : lamp_model_sync_weights(t->model);
+  return step.weights_out != NULL ? LAMP_OK : lamp_model_update_weights(t->model, t->rounding_seed, t->stats.steps);
 }
 
 /*

@@ -5,9 +5,10 @@
 **
 ** What goes in (names as they appear in `lamp.checkpoint.info`):
 **   metas    lamp.kind "trainer", lamp.trainer_version, run.* (model description, precision,
-**            optimizer and its hyper-parameters, comm, world size, accumulation, seed, clip,
-**            schedule), state.* (steps, skipped steps, micro-steps, samples, epochs done, the open
-**            epoch and its position, last loss, lr, the stochastic layers' forward count)
+**            optimizer and its hyper-parameters, comm, world size, accumulation, seed (also the
+**            key of stochastic rounding, which a resume continues with), clip, schedule), state.*
+**            (steps, skipped steps, micro-steps, samples, epochs done, the open epoch and its
+**            position, last loss, lr, the stochastic layers' forward count)
 **   tensors  param.<name>   the fp32 parameters the optimizer updates (the masters when the
 **                           policy keeps them); without masters, a 16-bit policy's weights as
 **                           stored (keep_f32 parameters stay fp32)
@@ -76,7 +77,9 @@ static lamp_status add_run_metas(lamp_trainer *t, lamp_ckpt_writer *w) {
   if (st == LAMP_OK) st = lamp_ckpt_add_meta_str(w, "run.comm", lamp_comm_handle(t->config.comm)->desc->name);
   if (st == LAMP_OK) st = lamp_ckpt_add_meta_int(w, "run.world", t->stats.world);
   if (st == LAMP_OK) st = lamp_ckpt_add_meta_int(w, "run.accum", t->config.accum);
-  if (st == LAMP_OK) st = lamp_ckpt_add_meta_int(w, "run.seed", (int64_t)t->config.seed);
+  /* the config's seed, except under stochastic rounding after a resume or on several ranks: the
+     seed its rounding draws from (rank 0's, the checkpoint's), which the next resume needs */
+  if (st == LAMP_OK) st = lamp_ckpt_add_meta_int(w, "run.seed", (int64_t)t->rounding_seed);
   if (st == LAMP_OK) st = lamp_ckpt_add_meta_double(w, "run.clip", t->config.clip);
   if (st == LAMP_OK) st = lamp_ckpt_add_meta_str(w, "run.schedule", lamp_schedule_name(t->config.schedule.kind));
   const lamp_plugin *od = lamp_optim_handle(t->config.optim)->desc;
@@ -350,6 +353,11 @@ static lamp_status note_changes(const lamp_trainer *t, const lamp_ckpt *c) {
   if (accum != t->config.accum)
     lamp_log(LAMP_LOG_WARN, "trainer", "%s was written with accum %lld, resuming with accum %d: the effective batch changes",
              lamp_ckpt_name(c), (long long)accum, t->config.accum);
+  int64_t seed;
+  if ((t->policy.flags & LAMP_POLICY_STOCHASTIC_ROUNDING) && lamp_ckpt_has_meta(c, "run.seed") &&
+      lamp_ckpt_meta_int(c, "run.seed", &seed) == LAMP_OK && (uint64_t)seed != t->rounding_seed)
+    lamp_log(LAMP_LOG_INFO, "trainer", "%s was written with seed %llu, this trainer has %llu: stochastic rounding continues with the checkpoint's",
+             lamp_ckpt_name(c), (unsigned long long)(uint64_t)seed, (unsigned long long)t->rounding_seed);
   const lamp_plugin *od = lamp_optim_handle(t->config.optim)->desc;
   for (uint32_t i = 0; i < od->n_params; i++) {
     char key[128];
@@ -440,6 +448,8 @@ typedef struct counters {
   int64_t epoch_open;
   double last_loss, lr;
   uint64_t precision_bytes;
+  uint64_t seed; /* run.seed: the key stochastic rounding continues with */
+  int64_t has_seed;
 } counters;
 
 static lamp_status read_u64(const lamp_ckpt *c, const char *key, uint64_t *out) {
@@ -463,6 +473,10 @@ static lamp_status read_counters(const lamp_ckpt *c, counters *k) {
   if (st == LAMP_OK) st = lamp_ckpt_meta_int(c, "state.epoch_open", &k->epoch_open);
   if (st == LAMP_OK) st = lamp_ckpt_meta_double(c, "state.last_loss", &k->last_loss);
   if (st == LAMP_OK) st = lamp_ckpt_meta_double(c, "state.lr", &k->lr);
+  int64_t seed = 0; /* written as the int64 of the same bits */
+  k->has_seed = lamp_ckpt_has_meta(c, "run.seed");
+  if (st == LAMP_OK && k->has_seed) st = lamp_ckpt_meta_int(c, "run.seed", &seed);
+  k->seed = (uint64_t)seed;
   if (st != LAMP_OK) return st;
   if (k->epoch_open != 0 && k->epoch_open != 1)
     return lamp_error(LAMP_ERR_INVALID_USAGE, "%s: state.epoch_open is %lld, expected 0 or 1", lamp_ckpt_name(c),
@@ -528,10 +542,15 @@ static lamp_status broadcast_state(lamp_trainer *t, counters *k, void **blob) {
   return lamp_comm_broadcast(comm, *blob, k->precision_bytes, LAMP_U8, 0, LAMP_HOST);
 }
 
-/* Every rank: derived copies (16-bit weights from the masters) and the plugin's state. */
+/*
+** Every rank: derived copies (16-bit weights from the masters) and the plugin's state. Under
+** stochastic rounding the weights are rounded again as the last step rounded them, with the
+** checkpoint's seed and step: the same bits (without masters the saved weights are exact and stay).
+*/
 static lamp_status apply_state(lamp_trainer *t, const counters *k, const void *blob) {
+  if (k->has_seed && (t->policy.flags & LAMP_POLICY_STOCHASTIC_ROUNDING)) t->rounding_seed = k->seed;
   lamp_status st = lamp_model_begin_update(t->model); /* without masters: staging <- weights */
-  if (st == LAMP_OK) st = lamp_model_sync_weights(t->model);
+  if (st == LAMP_OK) st = lamp_model_update_weights(t->model, t->rounding_seed, k->steps);
   if (st == LAMP_OK && k->precision_bytes > 0)
     st = lamp_precision_load_state(t->config.precision, blob, (size_t)k->precision_bytes);
   if (st != LAMP_OK) return st;

@@ -33,6 +33,9 @@ struct lamp_trainer {
   lamp_model *model;
   lamp_precision_policy policy;
   double base_lr;
+  /* The key of stochastic rounding's random words (lamp_model_update_weights): the config's seed,
+     rank 0's under several ranks, the checkpoint's after a resume. */
+  uint64_t rounding_seed;
 
   lamp_optim_slot slot_decls[LAMP_OPTIM_MAX_SLOTS];
   float *slots[LAMP_OPTIM_MAX_SLOTS];

@@ -9,6 +9,8 @@
 **   hysteresis  - back off only after this many overflows since the scale last grew (1: at once)
 **   min_scale   - an overflow at the minimum scale stops training with an error (0: no floor)
 **   dynamic = 0 - a static scale: overflowing steps are still skipped, the scale never moves
+** and, as bf16, master_weights and stochastic_rounding (the core rounds updates into the fp16
+** weights stochastically, LAMP_POLICY_STOCHASTIC_ROUNDING, ABI 1.4).
 */
 #include <math.h>
 #include <stdio.h>
@@ -18,7 +20,7 @@
 #include "lamp/plugin.h"
 
 enum { P_INIT_SCALE, P_GROWTH_FACTOR, P_BACKOFF_FACTOR, P_GROWTH_INTERVAL, P_HYSTERESIS, P_MIN_SCALE, P_DYNAMIC,
-       P_MASTER_WEIGHTS, P_COUNT };
+       P_MASTER_WEIGHTS, P_STOCHASTIC_ROUNDING, P_COUNT };
 
 static const lamp_param params[P_COUNT] = {
     [P_INIT_SCALE] = {"init_scale", 65536.0, 0.0, 3.4028234663852886e38, "initial loss scale (2^16)"},
@@ -29,6 +31,8 @@ static const lamp_param params[P_COUNT] = {
     [P_MIN_SCALE] = {"min_scale", 1.0, 0.0, 3.4028234663852886e38, "an overflow at this scale stops training; 0: no floor"},
     [P_DYNAMIC] = {"dynamic", 1.0, 0.0, 1.0, "0: a static scale of init_scale"},
     [P_MASTER_WEIGHTS] = {"master_weights", 1.0, 0.0, 1.0, "keep fp32 master weights (0 rounds every update to fp16)"},
+    [P_STOCHASTIC_ROUNDING] = {"stochastic_rounding", 0.0, 0.0, 1.0,
+                               "round updates into the fp16 weights stochastically (unbiased) instead of to nearest"},
 };
 
 typedef struct scaler {
@@ -37,7 +41,7 @@ typedef struct scaler {
   double growth_factor, backoff_factor; /* doubles, as torch._amp_update_scale_ takes them */
   float min_scale;
   uint64_t growth_interval, hysteresis;
-  int dynamic, master_weights;
+  int dynamic, master_weights, stochastic_rounding;
   /* The state a checkpoint keeps. */
   float scale;
   uint64_t growth_tracker;  /* consecutive clean steps */
@@ -75,6 +79,9 @@ static lamp_status check_values(const lamp_host *h, lamp_ctx *ctx, const double 
   if (p[P_MASTER_WEIGHTS] != 0.0 && p[P_MASTER_WEIGHTS] != 1.0)
     return h->set_error(ctx, LAMP_ERR_INVALID_ARG, "option 'master_weights' must be a boolean (0 or 1), got %g",
                         p[P_MASTER_WEIGHTS]);
+  if (p[P_STOCHASTIC_ROUNDING] != 0.0 && p[P_STOCHASTIC_ROUNDING] != 1.0)
+    return h->set_error(ctx, LAMP_ERR_INVALID_ARG, "option 'stochastic_rounding' must be a boolean (0 or 1), got %g",
+                        p[P_STOCHASTIC_ROUNDING]);
   if (p[P_MIN_SCALE] > p[P_INIT_SCALE])
     return h->set_error(ctx, LAMP_ERR_INVALID_ARG, "option 'min_scale' (%g) must not exceed init_scale (%g)",
                         p[P_MIN_SCALE], p[P_INIT_SCALE]);
@@ -97,6 +104,7 @@ static lamp_status fp16_create(const lamp_host *h, lamp_ctx *ctx, const double *
   s->min_scale = (float)p[P_MIN_SCALE];
   s->dynamic = p[P_DYNAMIC] != 0.0;
   s->master_weights = p[P_MASTER_WEIGHTS] != 0.0;
+  s->stochastic_rounding = p[P_STOCHASTIC_ROUNDING] != 0.0;
   *state = s;
   return LAMP_OK;
 }
@@ -112,7 +120,8 @@ static lamp_status fp16_policy(void *state, lamp_precision_policy *out) {
       .activation_dtype = LAMP_F16,
       .grad_dtype = LAMP_F32, /* the weight-gradient GEMM accumulates in fp32 straight into the buffer */
       .accum_dtype = LAMP_F32,
-      .flags = LAMP_POLICY_LOSS_SCALING | (s->master_weights ? LAMP_POLICY_MASTER_WEIGHTS : 0u),
+      .flags = LAMP_POLICY_LOSS_SCALING | (s->master_weights ? LAMP_POLICY_MASTER_WEIGHTS : 0u) |
+               (s->stochastic_rounding ? LAMP_POLICY_STOCHASTIC_ROUNDING : 0u),
   };
   lamp_struct_copy_out(out, &policy, sizeof policy);
   return LAMP_OK;

@@ -4,13 +4,15 @@
 -- in between must leave a checkpoint byte-identical to one run of 20.
 -- --device runs it on another device (the simulated one under build/tests/lamp-sim), --clip clips,
 -- --net=resnet trains the small ResNet of scripts/lib, and --graphs=on|off overrides the Trainer's
--- default for recording micro-steps as device graphs.
+-- default for recording micro-steps as device graphs. --master_weights=false and
+-- --stochastic_rounding set the fp16/bf16 plugins' options of those names.
 package.path = arg[0]:gsub("[^/]*$", "") .. "../../scripts/lib/?.lua;" .. package.path
 local lamp = require "lamp"
 local nn = lamp.nn
 local args = lamp.parse_args(arg, { precision = "fp32", optim = "sgd", accum = 1, steps = 20, save = "",
                                     resume = "", limit = 512, batch = 32, seed = 3, net = "mlp", device = "cpu",
-                                    clip = 0, graphs = "auto" })
+                                    clip = 0, graphs = "auto", master_weights = "policy",
+                                    stochastic_rounding = false })
 local graphs = ({ auto = nil, on = true, off = false })[args.graphs]
 assert(args.graphs == "auto" or graphs ~= nil, "--graphs must be auto, on or off")
 lamp.device(args.device)
@@ -18,7 +20,9 @@ lamp.device(args.device)
 local comm = lamp.comm("auto")
 -- fp16: a scale that overflows at once and grows every 3 clean steps, so the window of a
 -- resume test sees the scale move both ways and the scaler's counters matter.
-local prec_opts = args.precision == "fp16" and { init_scale = 2 ^ 24, growth_interval = 3 } or nil
+local prec_opts = args.precision == "fp16" and { init_scale = 2 ^ 24, growth_interval = 3 } or {}
+if args.master_weights ~= "policy" then prec_opts.master_weights = args.master_weights end
+if args.stochastic_rounding then prec_opts.stochastic_rounding = true end
 local precision = lamp.precision(args.precision, prec_opts)
 local optim = args.optim == "sgd" and lamp.optim("sgd", { lr = 0.05, momentum = 0.9, weight_decay = 1e-4 })
                                    or lamp.optim(args.optim, { lr = 2e-3, weight_decay = 0.01 })

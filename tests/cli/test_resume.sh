@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Bit-exact resume from a fresh process: 20 optimizer steps straight leave a checkpoint byte-
 # identical to 10 steps, a save, a new process that resumes and trains 10 more; for every
-# precision policy with SGD-momentum and AdamW, with accumulation, and for a CNN with
-# BatchNorm buffers and Dropout. The checkpoint holds parameters, fp32 masters, optimizer state,
+# precision policy with SGD-momentum and AdamW, with accumulation, for a CNN with BatchNorm
+# buffers and Dropout, and with stochastic rounding (with and without masters). The checkpoint holds parameters, fp32 masters, optimizer state,
 # the loss scaler, buffers and counters, so `cmp` compares all of them at once.
 # Usage: test_resume.sh LAMP_BINARY SOURCE_DIR
 set -u
@@ -48,6 +48,11 @@ resume_case "fp32-sgd-accum2" --precision=fp32 --accum=2
 resume_case "fp16-adamw-accum2" --precision=fp16 --optim=adamw --accum=2
 resume_case "bf16-sgd-cnn" --precision=bf16 --net=cnn --limit=256
 resume_case "fp16-sgd-cnn-accum2" --precision=fp16 --net=cnn --limit=256 --accum=2
+# Stochastic rounding: with masters, without them, and without them under fp16's scaler.
+resume_case "bf16-sgd-sr" --precision=bf16 --stochastic_rounding
+resume_case "bf16-adamw-nomasters-sr" --precision=bf16 --optim=adamw --master_weights=false --stochastic_rounding
+resume_case "fp16-sgd-nomasters-sr-accum2" --precision=fp16 --master_weights=false --stochastic_rounding --accum=2
+resume_case "bf16-sgd-cnn-nomasters-sr" --precision=bf16 --net=cnn --limit=256 --master_weights=false --stochastic_rounding
 
 # fp16 must have seen its scale move inside the window: an overflow at 2^24, then growth.
 grep -q "skipped [1-9]" "$tmp/fp16-sgd/straight.log"; check "fp16: the window holds a skipped step" $?

@@ -57,6 +57,10 @@ static void elementwise_refusals_match_the_cpu(void **state) {
        LAMP_ERR_UNSUPPORTED);
   SAME(lamp_accumulate_rounded(LAMP_CPU, NULL, f, LAMP_F16, 2), lamp_cuda_accumulate_rounded(NULL, f, LAMP_F16, 2),
        LAMP_ERR_INVALID_ARG);
+  SAME(lamp_round_stochastic(LAMP_CPU, f, LAMP_F32, f, 2, 1, 1), lamp_cuda_round_stochastic(f, LAMP_F32, f, 2, 1, 1),
+       LAMP_ERR_UNSUPPORTED);
+  SAME(lamp_round_stochastic(LAMP_CPU, f, LAMP_BF16, NULL, 2, 1, 1),
+       lamp_cuda_round_stochastic(f, LAMP_BF16, NULL, 2, 1, 1), LAMP_ERR_INVALID_ARG);
   SAME(lamp_scale(LAMP_CPU, NULL, 2, 1.0f), lamp_cuda_scale(NULL, 2, 1.0f), LAMP_ERR_INVALID_ARG);
   SAME(lamp_axpy(LAMP_CPU, f, NULL, 2, 1.0f), lamp_cuda_axpy(f, NULL, 2, 1.0f), LAMP_ERR_INVALID_ARG);
   SAME(lamp_add(LAMP_CPU, f, LAMP_F32, f, LAMP_F32, f, LAMP_U8, 2, 0),
@@ -144,6 +148,7 @@ static void empty_work_launches_nothing(void **state) {
   assert_int_equal(lamp_cuda_convert(NULL, LAMP_F16, NULL, LAMP_F32, 0), LAMP_OK);
   assert_int_equal(lamp_cuda_fill(NULL, LAMP_BF16, 0, 1.0f), LAMP_OK);
   assert_int_equal(lamp_cuda_relu_forward(NULL, NULL, LAMP_F32, 0), LAMP_OK);
+  assert_int_equal(lamp_cuda_round_stochastic(NULL, LAMP_BF16, NULL, 0, 1, 1), LAMP_OK);
   assert_int_equal(lamp_cuda_add(NULL, LAMP_F32, NULL, LAMP_F16, NULL, LAMP_BF16, 0, 1), LAMP_OK);
   assert_int_equal(lamp_cuda_argmax_rows(NULL, NULL, LAMP_F32, 0, 0), LAMP_OK);
   int found_inf = 0;
@@ -182,6 +187,9 @@ static void without_a_driver_each_error_names_its_source(void **state) {
                    LAMP_ERR_SYSTEM);
   assert_string_equal(lamp_last_error(), "cuda: the kernels' fault record (cudaHostAlloc): cudaErrorInsufficientDriver: "
                                          "CUDA driver version is insufficient for CUDA runtime version");
+  assert_int_equal(lamp_cuda_round_stochastic(f, LAMP_F16, f, 2, 1, 1), LAMP_ERR_SYSTEM);
+  assert_string_equal(lamp_last_error(), "cuda: round_stochastic: cudaErrorInsufficientDriver: CUDA driver version is "
+                                         "insufficient for CUDA runtime version");
   assert_int_equal(lamp_cuda_maxpool_forward(f, LAMP_F32, labels, f, LAMP_F32, 1, &pool_geom), LAMP_ERR_SYSTEM);
   assert_string_equal(lamp_last_error(), "cuda: maxpool_forward: cudaErrorInsufficientDriver: CUDA driver version is "
                                          "insufficient for CUDA runtime version");

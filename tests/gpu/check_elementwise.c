@@ -182,7 +182,8 @@ static void check_relu(check_run *run, int backward) {
 /* }====================================================== */
 
 /* {======================================================
-** The fp32 vector updates: unscale_and_check, round_through, accumulate_rounded, scale, axpy
+** The fp32 vector updates: unscale_and_check, round_through, accumulate_rounded, round_stochastic,
+** scale, axpy
 ** ======================================================= */
 
 typedef struct vec_args {
@@ -256,6 +257,37 @@ static void check_rounding(check_run *run, int accumulate) {
       run_bitwise(run, &line, &c);
       free(src);
       free(dst);
+    }
+    check_line_end(run, &line);
+  }
+}
+
+/* round_stochastic: the device draws the CPU's words (seed, stream, element) and rounds as it does. */
+typedef struct stochastic_args {
+  size_t n;
+  lamp_dtype dtype;
+  uint64_t seed, stream;
+} stochastic_args;
+
+static lamp_status call_stochastic(lamp_device d, void *const *p, const void *args) {
+  const stochastic_args *a = args;
+  return lamp_round_stochastic(d, p[0], a->dtype, p[1], a->n, a->seed, a->stream);
+}
+
+static void check_stochastic(check_run *run) {
+  static const lamp_dtype halves[] = {LAMP_F16, LAMP_BF16};
+  for (int h = 0; h < 2; h++) {
+    check_line line;
+    check_line_begin(&line, 1, "round_stochastic f32->%s", check_dtype_name(halves[h]));
+    FOR_SIZES(run, n) {
+      stochastic_args a = {n, halves[h], lamp_rng_next(&run->rng), lamp_rng_next(&run->rng)};
+      float *src = check_random(run, LAMP_F32, n, 1, WIDE);
+      check_case c = {.op = "round_stochastic", .call = call_stochastic, .args = &a};
+      check_operand_add(&c, halves[h] == LAMP_F16 ? ELEM_F16 : ELEM_BF16, n, ROLE_OUT, NULL);
+      check_operand_add(&c, ELEM_F32, n, ROLE_IN, src);
+      check_line_shape(&line, "%zu", n);
+      run_bitwise(run, &line, &c);
+      free(src);
     }
     check_line_end(run, &line);
   }
@@ -387,6 +419,7 @@ void check_elementwise(check_run *run) {
   if (check_selected(run, "unscale_and_check")) check_unscale(run);
   if (check_selected(run, "round_through")) check_rounding(run, 0);
   if (check_selected(run, "accumulate_rounded")) check_rounding(run, 1);
+  if (check_selected(run, "round_stochastic")) check_stochastic(run);
   if (check_selected(run, "scale")) check_scale_axpy(run, 0);
   if (check_selected(run, "axpy")) check_scale_axpy(run, 1);
   if (check_selected(run, "add_into")) check_add_into(run);

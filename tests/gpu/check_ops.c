@@ -31,6 +31,7 @@
 
 static const char *ops[] = {"gemm", "convert", "fill", "add_bias_rows", "sum_rows", "relu_forward", "relu_backward",
                             "cross_entropy", "argmax_rows", "unscale_and_check", "round_through", "accumulate_rounded",
+                            "round_stochastic",
                             "scale", "axpy", "sum_squares", "add_into", "add", "apply_mask",
                             "maxpool_forward", "maxpool_backward", "avgpool_forward", "avgpool_backward",
                             "batchnorm_forward", "batchnorm_backward", "conv2d_forward", "conv2d_backward"};

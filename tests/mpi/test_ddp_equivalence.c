@@ -13,6 +13,9 @@
 **      micro-steps on rank 1 only. The all-reduce carries it to rank 0, so both ranks skip the
 **      step (skipped_steps 1, steps unchanged, parameters unchanged), both scales halve to the
 **      same value, and the next step runs on both with parameters still identical.
+**   3. Stochastic rounding (bf16 without masters) with a different seed on each rank: the ranks
+**      round with rank 0's, so after STEPS steps their 16-bit weights are identical, and equal
+**      to a single-rank run of rank 0's seed over the whole batches.
 */
 #include <math.h>
 #include <stdint.h>
@@ -107,6 +110,9 @@ typedef struct run {
 
 typedef struct run_spec {
   const char *precision;
+  const lamp_option *prec_opts;
+  size_t n_prec_opts;
+  uint64_t seed; /* 0: 11 */
   const char *optim;
   const lamp_option *optim_opts;
   size_t n_optim_opts;
@@ -116,13 +122,14 @@ typedef struct run_spec {
 
 static void run_open(run *r, const run_spec *spec) {
   memset(r, 0, sizeof *r);
-  OK(lamp_precision_open(&r->prec, spec->precision, NULL, 0));
+  OK(lamp_precision_open(&r->prec, spec->precision, spec->prec_opts, spec->n_prec_opts));
   OK(lamp_optim_open(&r->optim, spec->optim, spec->optim_opts, spec->n_optim_opts));
   OK(lamp_cross_entropy_new(&r->loss));
   lamp_layer *net = mlp();
   lamp_trainer_config cfg = {.model = net, .loss = r->loss, .precision = r->prec, .comm = spec->comm,
                              .optim = r->optim, .device = LAMP_CPU, .accum = spec->accum, .clip = 0.0,
-                             .schedule = {.kind = LAMP_SCHEDULE_COSINE, .total = STEPS + 5}, .seed = 11};
+                             .schedule = {.kind = LAMP_SCHEDULE_COSINE, .total = STEPS + 5},
+                             .seed = spec->seed ? spec->seed : 11};
   OK(lamp_trainer_new(&r->t, &cfg));
   lamp_layer_release(net);
   r->model = lamp_trainer_model(r->t);
@@ -336,6 +343,47 @@ static void check_skip_agreement(const batches *d, lamp_comm *mpi) {
   run_close(&r);
 }
 
+/* ---- 3. stochastic rounding rounds with rank 0's seed ------------------------------------------ */
+
+static void *weights_bytes(run *r, size_t *bytes) {
+  const lamp_tensor *w = lamp_model_weights(r->model);
+  *bytes = lamp_tensor_nbytes(w);
+  void *copy = xmalloc(*bytes);
+  memcpy(copy, lamp_tensor_data(w), *bytes);
+  return copy;
+}
+
+static void check_stochastic_rounding_seed(const batches *d, lamp_comm *mpi, lamp_comm *single) {
+  static const lamp_option opts[] = {{"lr", 0.1}, {"momentum", 0.9}};
+  static const lamp_option prec[] = {{"master_weights", 0}, {"stochastic_rounding", 1}};
+  run_spec spec = {.precision = "bf16", .prec_opts = prec, .n_prec_opts = 2, .seed = 21 + (uint64_t)rank,
+                   .optim = "sgd", .optim_opts = opts, .n_optim_opts = 2, .comm = mpi, .accum = 1};
+  run r;
+  run_open(&r, &spec);
+  for (int s = 0; s < STEPS; s++) OK(lamp_trainer_step(r.t, d->hx[s][rank], d->hy[s][rank]));
+  size_t bytes, ref_bytes;
+  void *mine = weights_bytes(&r, &bytes);
+  CHECK(weights_agree(mpi, &r), "bf16 weights differ across ranks under stochastic rounding (seeds 21 and 22)");
+  run_close(&r);
+  spec.seed = 21, spec.comm = single, spec.accum = 2; /* rank 0's seed, both halves on one rank */
+  run_open(&r, &spec);
+  for (int s = 0; s < STEPS; s++)
+    for (int k = 0; k < WORLD; k++) OK(lamp_trainer_step(r.t, d->hx[s][k], d->hy[s][k]));
+  void *ref = weights_bytes(&r, &ref_bytes);
+  size_t differ = 0;
+  for (size_t i = 0; i < bytes / 2; i++) differ += ((uint16_t *)mine)[i] != ((uint16_t *)ref)[i];
+  /* The same steps up to the order of the gradient sums: a few weights may round differently. */
+  CHECK(ref_bytes == bytes && differ * 100 < bytes / 2, "%zu of %zu bf16 weights differ from rank 0's seed on one rank",
+        differ, bytes / 2);
+  if (rank == 0)
+    printf("bf16 stochastic rounding, seeds 21 and 22: 16-bit weights identical on both ranks after %d steps; %zu of "
+           "%zu differ from one rank of seed 21\n",
+           STEPS, differ, bytes / 2);
+  free(mine);
+  free(ref);
+  run_close(&r);
+}
+
 int main(void) {
   lamp_log_set_level(LAMP_LOG_WARN);
   lamp_comm *mpi, *single;
@@ -356,6 +404,7 @@ int main(void) {
   check_equivalence(&d, mpi, single, "sgd", sgd_opts, 2);
   check_equivalence(&d, mpi, single, "adam", adam_opts, 1);
   check_skip_agreement(&d, mpi);
+  check_stochastic_rounding_seed(&d, mpi, single);
   batches_free(&d);
 
   int status = mpi_check_finish(mpi, "test_ddp_equivalence");

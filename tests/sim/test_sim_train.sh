@@ -2,8 +2,8 @@
 # The whole trainer on the simulated device (tests/sim/lamp_sim.c: memory the host cannot read,
 # work run later on a queue): the MLP and the small ResNet under fp32, fp16 and bf16, with
 # accumulation 2 and clipping, trained 10 optimizer steps with a save after 6 and a resume in a
-# new process, leave a checkpoint byte-identical to 10 straight steps on the CPU; and so do 2
-# ranks over MPI with gradient buckets. The checkpoint holds parameters, masters, optimizer
+# new process, leave a checkpoint byte-identical to 10 straight steps on the CPU, and so do runs
+# with stochastic rounding; and so do 2 ranks over MPI with gradient buckets. The checkpoint holds parameters, masters, optimizer
 # state, the loss scaler, BatchNorm buffers and counters, so `cmp` compares all of them.
 # The 16-bit runs are repeated on the native-16 sim (LAMP_SIM_NATIVE16=1: LAMP_CAP_NATIVE_16BIT_GEMM,
 # as on CUDA), where the layers hand the device 16-bit operands: the same bytes, since widening is
@@ -76,6 +76,11 @@ for p in fp32 fp16 bf16; do
   sim_case "resnet-$p" --net=resnet --precision=$p "${common[@]}"
 done
 sim_case "cnn-dropout-adamw-fp16" --net=cnn --precision=fp16 --optim=adamw "${common[@]}"
+# Stochastic rounding: the device draws the CPU's bits (with masters; without them, BatchNorm's
+# keep_f32 parameters beside the rounded ones).
+sim_case "mlp-bf16-sr" --net=mlp --precision=bf16 --stochastic_rounding "${common[@]}"
+sim_case "resnet-bf16-nomasters-sr" --net=resnet --precision=bf16 --master_weights=false --stochastic_rounding \
+  "${common[@]}"
 
 # The 16-bit operand path: weights read from their 16-bit copies, operands never widened by the
 # layers.
@@ -85,6 +90,8 @@ for p in fp16 bf16; do
   sim_case "native16-resnet-$p" --net=resnet --precision=$p "${common[@]}"
 done
 sim_case "native16-cnn-dropout-adamw-fp16" --net=cnn --precision=fp16 --optim=adamw "${common[@]}"
+sim_case "native16-mlp-fp16-nomasters-sr" --net=mlp --precision=fp16 --master_weights=false --stochastic_rounding \
+  "${common[@]}"
 sim_env=()
 
 # One host synchronisation per optimizer step (lamp-sim counts the host's waits for the device,

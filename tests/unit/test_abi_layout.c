@@ -60,6 +60,7 @@ static void test_constants(void **state) {
   assert_int_equal(LAMP_REDUCE_MIN, 2);
   assert_int_equal(LAMP_POLICY_MASTER_WEIGHTS, 1);
   assert_int_equal(LAMP_POLICY_LOSS_SCALING, 2);
+  assert_int_equal(LAMP_POLICY_STOCHASTIC_ROUNDING, 4); /* ABI 1.4 */
   assert_int_equal(sizeof(lamp_status), 4);
   assert_int_equal(sizeof(lamp_dtype), 4);
   assert_int_equal(sizeof(lamp_device), 4);

@@ -1,5 +1,6 @@
 /*
-** The CUDA kernels' per-element math (core/backend/cuda/elementwise_math.h), compiled here as
+** The CUDA kernels' per-element math (core/backend/cuda/elementwise_math.h, and stochastic_math.h
+** for stochastic rounding and its generator), compiled here as
 ** plain C on the CPU, against the CPU backend's operations (lamp_X(LAMP_CPU, ...)) bit for bit:
 ** the CPU proof that the device kernels compute the CPU's values (they run only on a GPU).
 **
@@ -27,8 +28,10 @@
 #include "backend/backend.h"
 #include "backend/cuda/elementwise_math.h"
 #include "backend/cuda/fault_record.h"
+#include "backend/cuda/stochastic_math.h"
 #include "base/error.h"
 #include "tensor/half.h"
+#include "tensor/stochastic_round.h"
 
 static const lamp_dtype dtypes[] = {LAMP_F32, LAMP_F16, LAMP_BF16};
 
@@ -210,6 +213,47 @@ static void rounding_helpers_match(void **state) {
 }
 
 /* ---- ReLU ------------------------------------------------------------------------------------- */
+
+/* Stochastic rounding (stochastic_math.h against tensor/philox.h and tensor/stochastic_round.h):
+   each value with the extreme words and a random one, then a whole array the way the kernel walks
+   it (counter by counter, four elements each) against lamp_round_stochastic on the CPU. */
+static void stochastic_rounding_matches(void **state) {
+  (void)state;
+  size_t n;
+  float *v = value_set(&n);
+  for (size_t i = 0; i < n; i++) {
+    const uint32_t words[3] = {0u, 0xffffffffu, next_u32()};
+    for (int k = 0; k < 3; k++) {
+      if (lamp_em_f32_to_bf16_sr(v[i], words[k]) != lamp_f32_to_bf16_sr(v[i], words[k]))
+        fail_msg("bf16 stochastic rounding of 0x%08x with r %08x differs", (unsigned)bits_of(v[i]), (unsigned)words[k]);
+      if (lamp_em_f32_to_f16_sr(v[i], words[k]) != lamp_f32_to_f16_sr(v[i], words[k]))
+        fail_msg("fp16 stochastic rounding of 0x%08x with r %08x differs", (unsigned)bits_of(v[i]), (unsigned)words[k]);
+    }
+  }
+  uint16_t *cpu = malloc(n * sizeof *cpu), *dev = malloc(n * sizeof *dev);
+  assert_non_null(cpu);
+  assert_non_null(dev);
+  for (int d = 1; d < 3; d++) {
+    lamp_dtype t = dtypes[d];
+    assert_int_equal(lamp_round_stochastic(LAMP_CPU, cpu, t, v, n, 0xfeedfacecafebeefull, 123456789), LAMP_OK);
+    memset(dev, 0, n * sizeof *dev);
+    for (uint64_t block = 0; block < (n + 63) / 64 * 16; block++) {
+      uint32_t words[4];
+      lamp_em_philox_block(words, 0xfeedfacecafebeefull, 123456789, block);
+      for (int w = 0; w < 4; w++) {
+        uint64_t i = lamp_em_philox_element(block, w);
+        if (i < n) dev[i] = lamp_em_round_sr(v[i], words[w], t);
+      }
+    }
+    for (size_t i = 0; i < n; i++)
+      if (dev[i] != cpu[i])
+        fail_msg("round_stochastic to %s: element %zu (input 0x%08x): device math %04x, cpu %04x", t == LAMP_F16 ? "f16" : "bf16",
+                 i, (unsigned)bits_of(v[i]), dev[i], cpu[i]);
+  }
+  free(cpu);
+  free(dev);
+  free(v);
+}
 
 static void relu_matches(void **state) {
   (void)state;
@@ -599,6 +643,7 @@ int main(void) {
       cmocka_unit_test(convert_between_16bit_dtypes),
       cmocka_unit_test(fill_rounds_like_the_cpu),
       cmocka_unit_test(rounding_helpers_match),
+      cmocka_unit_test(stochastic_rounding_matches),
       cmocka_unit_test(relu_matches),
       cmocka_unit_test(add_and_mask_match),
       cmocka_unit_test(vector_updates_match),

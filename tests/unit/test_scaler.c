@@ -385,7 +385,7 @@ static void test_option_validation(void **state) {
       {{{"init_scale", 0.5}}, 1, "fp16: option 'min_scale' (1) must not exceed init_scale (0.5)"},
       {{{"loss_scale", 128}}, 1,
        "fp16: unknown option 'loss_scale'; valid options: init_scale, growth_factor, backoff_factor, "
-       "growth_interval, hysteresis, min_scale, dynamic, master_weights"},
+       "growth_interval, hysteresis, min_scale, dynamic, master_weights, stochastic_rounding"},
       {{{"dynamic", 2}}, 1, "fp16: option 'dynamic' must be in [0, 1], got 2"},
       {{{"hysteresis", 2}, {"hysteresis", 3}}, 2, "fp16: option 'hysteresis' given twice"},
   };

@@ -58,4 +58,5 @@ const lamp_backend lamp_cpu_backend = {
     .batchnorm_forward = lamp_cpu_batchnorm_forward,
     .batchnorm_backward = lamp_cpu_batchnorm_backward,
     .describe = lamp_cpu_describe,
+    .round_stochastic = lamp_cpu_round_stochastic,
 };

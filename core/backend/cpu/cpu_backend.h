@@ -49,6 +49,8 @@ lamp_status lamp_cpu_argmax_rows(int32_t *out, const void *x, lamp_dtype dtype, 
 lamp_status lamp_cpu_unscale_and_check(float *g, size_t n, float inv_scale, int *found_inf);
 lamp_status lamp_cpu_round_through(float *dst, const float *src, lamp_dtype via, size_t n);
 lamp_status lamp_cpu_accumulate_rounded(float *dst, const float *src, lamp_dtype via, size_t n);
+lamp_status lamp_cpu_round_stochastic(void *dst, lamp_dtype dst_dtype, const float *src, size_t n, uint64_t seed,
+                                      uint64_t stream);
 lamp_status lamp_cpu_scale(float *x, size_t n, float alpha);
 lamp_status lamp_cpu_axpy(float *y, const float *x, size_t n, float alpha);
 lamp_status lamp_cpu_sum_squares(const float *x, size_t n, double *out);
@@ -86,6 +88,9 @@ lamp_status lamp_cpu_add_grad(float *g, const float *v, size_t n, lamp_dtype gra
 
 /* "<fn>: dtype i32 not supported for <role> (expected f32, f16 or bf16)"; role may be NULL. */
 lamp_status lamp_cpu_check_float(const char *fn, const char *role, lamp_dtype dtype);
+
+/* "<fn>: dtype f32 not supported for <role> (expected f16 or bf16)". */
+lamp_status lamp_cpu_check_half(const char *fn, const char *role, lamp_dtype dtype);
 
 /* "<fn>: <name> is NULL" when ptr is NULL and the call has elements to touch. */
 lamp_status lamp_cpu_check_data(const char *fn, const char *name, const void *ptr, size_t count);

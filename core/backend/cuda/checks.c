@@ -25,6 +25,12 @@ lamp_status lamp_cuda_check_float(const char *fn, const char *role, lamp_dtype d
                               fn, dtype_name(dtype), role);
 }
 
+lamp_status lamp_cuda_check_half(const char *fn, const char *role, lamp_dtype dtype) {
+  if (dtype == LAMP_F16 || dtype == LAMP_BF16) return LAMP_OK;
+  return lamp_cuda_svc->error(LAMP_ERR_UNSUPPORTED, "%s: dtype %s not supported for %s (expected f16 or bf16)", fn,
+                              dtype_name(dtype), role);
+}
+
 lamp_status lamp_cuda_check_data(const char *fn, const char *name, const void *ptr, size_t count) {
   if (ptr != NULL || count == 0) return LAMP_OK;
   return lamp_cuda_svc->error(LAMP_ERR_INVALID_ARG, "%s: %s is NULL", fn, name);

@@ -19,6 +19,7 @@ void lamp_cuda_fill_kernels(lamp_backend *b) {
   b->unscale_and_check = lamp_cuda_unscale_and_check;
   b->round_through = lamp_cuda_round_through;
   b->accumulate_rounded = lamp_cuda_accumulate_rounded;
+  b->round_stochastic = lamp_cuda_round_stochastic; /* round_stochastic.cu */
   b->scale = lamp_cuda_scale;
   b->axpy = lamp_cuda_axpy;
   b->sum_squares = lamp_cuda_sum_squares;

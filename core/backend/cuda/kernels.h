@@ -60,6 +60,8 @@ lamp_status lamp_cuda_argmax_rows(int32_t *out, const void *x, lamp_dtype dtype,
 lamp_status lamp_cuda_unscale_and_check(float *g, size_t n, float inv_scale, int *found_inf);
 lamp_status lamp_cuda_round_through(float *dst, const float *src, lamp_dtype via, size_t n);
 lamp_status lamp_cuda_accumulate_rounded(float *dst, const float *src, lamp_dtype via, size_t n);
+lamp_status lamp_cuda_round_stochastic(void *dst, lamp_dtype dst_dtype, const float *src, size_t n, uint64_t seed,
+                                       uint64_t stream);
 lamp_status lamp_cuda_scale(float *x, size_t n, float alpha);
 lamp_status lamp_cuda_axpy(float *y, const float *x, size_t n, float alpha);
 lamp_status lamp_cuda_sum_squares(const float *x, size_t n, double *out);
@@ -80,6 +82,8 @@ lamp_status lamp_cuda_apply_mask(void *y, lamp_dtype y_dtype, const void *x, lam
    and "<fn>: <name> is NULL" when ptr is NULL and the call has elements to touch. */
 lamp_status lamp_cuda_check_float(const char *fn, const char *role, lamp_dtype dtype);
 lamp_status lamp_cuda_check_data(const char *fn, const char *name, const void *ptr, size_t count);
+/* "<fn>: dtype f32 not supported for <role> (expected f16 or bf16)". */
+lamp_status lamp_cuda_check_half(const char *fn, const char *role, lamp_dtype dtype);
 
 /* Bytes per element of a float dtype (4 or 2). */
 size_t lamp_cuda_dtype_size(lamp_dtype dtype);

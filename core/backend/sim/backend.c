@@ -61,7 +61,8 @@ static int sim_count(void) { return 1; }
   .graph_begin = lamp_sim_graph_begin,                           \
   .graph_end = lamp_sim_graph_end,                               \
   .graph_launch = lamp_sim_graph_launch,                         \
-  .graph_free = lamp_sim_graph_free
+  .graph_free = lamp_sim_graph_free,                             \
+  .round_stochastic = lamp_sim_round_stochastic
 
 const lamp_backend lamp_sim_backend = {SIM_TABLE, .caps = LAMP_CAP_HOST_VIEW | LAMP_CAP_GRAPHS,
                                        .conv2d_forward = lamp_sim_conv2d_forward,

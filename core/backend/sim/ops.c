@@ -332,6 +332,27 @@ lamp_status lamp_sim_accumulate_rounded(float *dst, const float *src, lamp_dtype
   return QUEUE(run_accumulate_rounded, c);
 }
 
+typedef struct stochastic_call {
+  void *dst;
+  lamp_dtype dst_dtype;
+  const float *src;
+  size_t n;
+  uint64_t seed, stream;
+} stochastic_call;
+
+static lamp_status run_round_stochastic(const void *p) {
+  const stochastic_call *c = p;
+  return CPU.round_stochastic(c->dst, c->dst_dtype, c->src, c->n, c->seed, c->stream);
+}
+
+lamp_status lamp_sim_round_stochastic(void *dst, lamp_dtype dst_dtype, const float *src, size_t n, uint64_t seed,
+                                      uint64_t stream) {
+  stochastic_call c = {dst, dst_dtype, src, n, seed, stream};
+  HOST("round_stochastic", c, dst);
+  HOST("round_stochastic", c, src);
+  return QUEUE(run_round_stochastic, c);
+}
+
 typedef struct scale_call {
   float *x;
   size_t n;

@@ -119,6 +119,8 @@ lamp_status lamp_sim_argmax_rows(int32_t *out, const void *x, lamp_dtype dtype, 
 lamp_status lamp_sim_unscale_and_check(float *g, size_t n, float inv_scale, int *found_inf);
 lamp_status lamp_sim_round_through(float *dst, const float *src, lamp_dtype via, size_t n);
 lamp_status lamp_sim_accumulate_rounded(float *dst, const float *src, lamp_dtype via, size_t n);
+lamp_status lamp_sim_round_stochastic(void *dst, lamp_dtype dst_dtype, const float *src, size_t n, uint64_t seed,
+                                      uint64_t stream);
 lamp_status lamp_sim_scale(float *x, size_t n, float alpha);
 lamp_status lamp_sim_axpy(float *y, const float *x, size_t n, float alpha);
 lamp_status lamp_sim_sum_squares(const float *x, size_t n, double *out);

@@ -28,6 +28,7 @@
 ** refresh) and lamp_optim_v1.caps, which says whether the plugin writes them.
 ** ABI 1.3 added the communicator's bootstrap (lamp_bootstrap, create_with_bootstrap) and its
 ** stream-ordered collectives (all_reduce_enqueue, wait_stream, poll) at the end of lamp_comm_v1.
+** ABI 1.4 added the precision policy flag LAMP_POLICY_STOCHASTIC_ROUNDING (precision.h).
 */
 #ifndef LAMP_ABI_H
 #define LAMP_ABI_H

@@ -15,6 +15,18 @@ extern "C" {
 /* Policy flags. */
 #define LAMP_POLICY_MASTER_WEIGHTS 0x1u /* keep fp32 master weights; the optimizer updates them */
 #define LAMP_POLICY_LOSS_SCALING 0x2u   /* the plugin scales the loss; see loss_scale/update */
+/*
+** ABI 1.4. After every optimizer step the core rounds the fp32 values the optimizer updated (the
+** masters, or without them the step's fp32 copy) into the 16-bit weights stochastically instead of
+** to nearest: up with the probability of the fraction of the way to the next 16-bit value, so
+** updates smaller than half the 16-bit spacing survive on average. The random bits come from a
+** counter-based generator keyed by the Trainer's seed, the optimizer step and the element, so they
+** are the same on every device and thread count, and a resumed run continues them bit for bit
+** (the checkpoint's seed and step are all it needs). The initial weights are rounded to nearest.
+** Needs 16-bit weights: with fp32 weights there is nothing to round and the Trainer refuses the
+** policy. Cores before 1.4 ignore the flag and round to nearest.
+*/
+#define LAMP_POLICY_STOCHASTIC_ROUNDING 0x4u
 
 typedef struct lamp_precision_policy {
   uint32_t struct_size;     /* set by the core before calling policy() */
