@@ -143,11 +143,20 @@ static const char *host_option_text(lamp_ctx *ctx, const char *name) {
   return NULL;
 }
 
-/* Plugins name host memory LAMP_CPU, as everywhere in the ABI; the core's dispatch does the rest
-   (the device's queue, its refusals). */
+static lamp_status check_stride(const char *name, size_t ld, size_t row) {
+  if (ld >= row) return LAMP_OK;
+  return lamp_error(LAMP_ERR_INVALID_ARG, "gemm: %s = %zu is smaller than the row length %zu", name, ld, row);
+}
+
+/* The strides are checked here, so that a device whose work is queued refuses them now, as the
+   CPU does, rather than at the next wait; the core's dispatch does the rest. */
 static lamp_status host_gemm(lamp_device device, int trans_a, int trans_b, size_t m, size_t n, size_t k,
                              float alpha, const float *a, size_t lda, const float *b, size_t ldb, float beta,
                              float *c, size_t ldc) {
+  lamp_status st = check_stride("lda", lda, trans_a ? m : k);
+  if (st == LAMP_OK) st = check_stride("ldb", ldb, trans_b ? k : n);
+  if (st == LAMP_OK) st = check_stride("ldc", ldc, n);
+  if (st != LAMP_OK) return st;
   return lamp_gemm(device, trans_a, trans_b, m, n, k, alpha, a, LAMP_F32, lda, b, LAMP_F32, ldb, beta, c,
                    LAMP_F32, ldc);
 }
