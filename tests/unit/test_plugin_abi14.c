@@ -21,6 +21,7 @@
 #include "backend/sim/sim.h"
 #include "base/error.h"
 #include "base/log.h"
+#include "checkpoint/checkpoint.h"
 #include "nn/loss.h"
 #include "plugin/instance.h"
 #include "plugin/loader.h"
@@ -423,6 +424,75 @@ static void test_host_gemm(void **state) {
   }
 }
 
+/*
+** {======================================================
+** Checkpoints
+** =======================================================
+*/
+
+static lamp_trainer *textopts_trainer(const char *sign, lamp_optim **optim, lamp_precision **prec, lamp_comm **comm,
+                                      lamp_loss **loss, lamp_layer **net) {
+  const lamp_text_option texts[] = {{"sign", sign}, {"tag", "run 7"}};
+  const lamp_options given = {NULL, 0, texts, 2};
+  OK(lamp_precision_open(prec, "fp32", NULL, 0));
+  OK(lamp_comm_open(comm, "single", NULL, 0));
+  OK(lamp_optim_open_options(optim, BAD("textopts"), &given));
+  OK(lamp_cross_entropy_new(loss));
+  *net = seq(1, (lamp_layer *[]){linear(4, 3)});
+  lamp_trainer_config c = {.model = *net, .loss = *loss, .precision = *prec, .comm = *comm, .optim = *optim,
+                           .device = LAMP_CPU, .accum = 1, .seed = 3};
+  lamp_trainer *t;
+  OK(lamp_trainer_new(&t, &c));
+  return t;
+}
+
+static void close_textopts_trainer(lamp_trainer *t, lamp_optim *optim, lamp_precision *prec, lamp_comm *comm,
+                                   lamp_loss *loss, lamp_layer *net) {
+  lamp_trainer_free(t);
+  lamp_layer_release(net);
+  lamp_loss_release(loss);
+  lamp_optim_close(optim);
+  lamp_comm_close(comm);
+  lamp_precision_close(prec);
+}
+
+/* A checkpoint records the text options beside the numbers; resuming with another says so. */
+static void test_checkpoint_records_text_options(void **state) {
+  (void)state;
+  lamp_optim *optim;
+  lamp_precision *prec;
+  lamp_comm *comm;
+  lamp_loss *loss;
+  lamp_layer *net;
+  lamp_trainer *t = textopts_trainer("smooth", &optim, &prec, &comm, &loss, &net);
+  OK(lamp_trainer_save(t, TMP "/textopts.ckpt", NULL, 0));
+  close_textopts_trainer(t, optim, prec, comm, loss, net);
+  lamp_ckpt *c;
+  OK(lamp_ckpt_open(&c, TMP "/textopts.ckpt"));
+  const char *v = NULL;
+  OK(lamp_ckpt_meta_str(c, "run.optim.sign", &v));
+  assert_string_equal(v, "smooth");
+  OK(lamp_ckpt_meta_str(c, "run.optim.tag", &v));
+  assert_string_equal(v, "run 7");
+  double lr = 0.0;
+  OK(lamp_ckpt_meta_double(c, "run.optim.lr", &lr));
+  assert_true(lr == 0.1);
+  lamp_ckpt_close(c);
+
+  t = textopts_trainer("exact", &optim, &prec, &comm, &loss, &net);
+  n_captured = 0;
+  lamp_log_set_sink(capture, NULL);
+  int found = 0;
+  OK(lamp_trainer_resume(t, TMP "/textopts.ckpt", NULL, 0, &found));
+  lamp_log_set_sink(NULL, NULL);
+  assert_true(found);
+  int warned = 0;
+  for (int i = 0; i < n_captured; i++)
+    warned += strstr(captured[i], ": optimizer option 'sign' was 'smooth', now 'exact'") != NULL;
+  assert_int_equal(warned, 1);
+  close_textopts_trainer(t, optim, prec, comm, loss, net);
+}
+
 /* }====================================================== */
 
 static int setup(void **state) {
@@ -454,6 +524,7 @@ int main(void) {
       cmocka_unit_test(test_tensor_table_seen_by_the_step),
       cmocka_unit_test(test_tensor_table_checked),
       cmocka_unit_test(test_host_gemm),
+      cmocka_unit_test(test_checkpoint_records_text_options),
   };
   return cmocka_run_group_tests(tests, setup, teardown);
 }
