@@ -6,8 +6,10 @@
 int lamp_cli_main(int argc, char **argv);
 
 int lamp_cmd_run_script(const char *script, int argc, char **argv);
-int lamp_cmd_plugins(void);
-int lamp_cmd_plugin_info(const char *path);
+/* Every plugin found, or those named (names or paths, as plugin-info takes them). */
+int lamp_cmd_plugins(int argc, char **argv);
+/* A name (each kind's search) or a path: see lamp_plugin_inspect. */
+int lamp_cmd_plugin_info(const char *name_or_path);
 /* Every device kind: available with its devices, or why not (devices_cmd.c). */
 int lamp_cmd_devices(void);
 /* `lamp plot FILE.jsonl ... -o OUT.png`: metrics files drawn by gnuplot (plot_cmd.c); the arguments

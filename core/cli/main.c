@@ -4,8 +4,8 @@
 ** the tests) can run the same command line.
 **
 **   lamp SCRIPT.lua [ARGS...]   run a script; ARGS arrive in the global `arg`
-**   lamp plugins                list every plugin found
-**   lamp plugin-info PATH       print a plugin's descriptor without initialising it
+**   lamp plugins [NAME|PATH...] list every plugin found, or those named
+**   lamp plugin-info NAME|PATH  print a plugin's descriptor without initialising it
 **   lamp devices                the devices this process can use, or why not
 **   lamp plot FILE.jsonl... -o OUT.png [--size=WxH]   metrics files drawn into one PNG (gnuplot)
 */
@@ -18,8 +18,10 @@
 static void usage(FILE *out) {
   fprintf(out,
           "usage: lamp SCRIPT.lua [ARGS...]   run a training script (ARGS in the global 'arg')\n"
-          "       lamp plugins                list every plugin found, with kind, version, ABI and path\n"
-          "       lamp plugin-info PATH       print a plugin's descriptor without initialising it\n"
+          "       lamp plugins [NAME|PATH...] list every plugin found (or those named), with kind, version,\n"
+          "                                   ABI, probe, path and options\n"
+          "       lamp plugin-info NAME|PATH  print a plugin's descriptor without initialising it (a name\n"
+          "                                   is looked up as each kind; a path has a '/' or ends in .so)\n"
           "       lamp devices                the devices this process can use (cpu, cuda), or why not\n"
           "       lamp plot FILE.jsonl [FILE.jsonl ...] -o OUT.png [--size=WIDTHxHEIGHT]\n"
           "                                   draw metrics files (Trainer{metrics = ...}) with gnuplot\n"
@@ -45,7 +47,7 @@ int lamp_cli_main(int argc, char **argv) {
     printf("blas %s\n", lamp_cli_blas_description());
     return 0;
   }
-  if (strcmp(cmd, "plugins") == 0) return lamp_cmd_plugins();
+  if (strcmp(cmd, "plugins") == 0) return lamp_cmd_plugins(argc - 2, argv + 2);
   if (strcmp(cmd, "devices") == 0) {
     if (argc != 2) {
       fprintf(stderr, "lamp devices: expected no arguments, got %d\n", argc - 2);
@@ -55,7 +57,7 @@ int lamp_cli_main(int argc, char **argv) {
   }
   if (strcmp(cmd, "plugin-info") == 0) {
     if (argc != 3) {
-      fprintf(stderr, "lamp plugin-info: expected one plugin path, got %d arguments\n", argc - 2);
+      fprintf(stderr, "lamp plugin-info: expected one plugin name or path, got %d arguments\n", argc - 2);
       return 2;
     }
     return lamp_cmd_plugin_info(argv[2]);

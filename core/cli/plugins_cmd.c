@@ -30,10 +30,53 @@ static probe_cell *probe_column(const lamp_plugin_listing *items, size_t n, int 
   return probes;
 }
 
-int lamp_cmd_plugins(void) {
+/* "lr=0.01 (number), sign=exact (enum: exact|smooth), tag="" (string)": every option a plugin
+   takes, under its row. */
+static void print_options_line(const lamp_plugin *d) {
+  uint32_t n_text;
+  const lamp_text_param *t = lamp_plugin_text_params(d, &n_text);
+  if (d->n_params == 0 && n_text == 0) return;
+  printf("%-10s options:", "");
+  for (uint32_t i = 0; i < d->n_params; i++)
+    printf("%s %s=%g (number)", i > 0 ? "," : "", d->params[i].name, d->params[i].default_value);
+  for (uint32_t i = 0; i < n_text; i++) {
+    printf("%s %s=", i + d->n_params > 0 ? "," : "", t[i].name);
+    if (t[i].choices == NULL) {
+      printf("\"%s\" (string)", t[i].default_value);
+      continue;
+    }
+    printf("%s (enum:", t[i].default_value);
+    for (size_t c = 0; t[i].choices[c] != NULL; c++) printf("%s%s", c > 0 ? "|" : " ", t[i].choices[c]);
+    printf(")");
+  }
+  printf("\n");
+}
+
+/* One named plugin as a listing item: found and validated as plugin-info finds it. */
+static void inspect_item(const char *name_or_path, lamp_plugin_listing *item) {
+  memset(item, 0, sizeof *item);
+  snprintf(item->path, sizeof item->path, "%s", name_or_path);
+  item->status = lamp_plugin_inspect(name_or_path, &item->handle);
+  if (item->status != LAMP_OK) {
+    item->handle = NULL;
+    snprintf(item->error, sizeof item->error, "%s", lamp_last_error());
+  }
+}
+
+/* Every plugin the search finds, or the ones named (names or paths, as plugin-info takes them). */
+static lamp_status gather(int argc, char **argv, lamp_plugin_listing **items, size_t *n) {
+  if (argc == 0) return lamp_plugin_list(items, n);
+  *items = calloc((size_t)argc, sizeof **items);
+  if (*items == NULL) return lamp_error(LAMP_ERR_SYSTEM, "out of memory");
+  for (int i = 0; i < argc; i++) inspect_item(argv[i], &(*items)[i]);
+  *n = (size_t)argc;
+  return LAMP_OK;
+}
+
+int lamp_cmd_plugins(int argc, char **argv) {
   lamp_plugin_listing *items;
   size_t n;
-  if (lamp_plugin_list(&items, &n) != LAMP_OK) {
+  if (gather(argc, argv, &items, &n) != LAMP_OK) {
     fprintf(stderr, "lamp plugins: %s\n", lamp_last_error());
     return 1;
   }
@@ -58,6 +101,7 @@ int lamp_cmd_plugins(void) {
     printf("%-10s %-10s %-8s %u.%-3u %-*s %s\n", lamp_kind_name(h->kind), h->desc->name,
            h->desc->version, (unsigned)h->desc->abi_major, (unsigned)h->desc->abi_minor, w,
            probes[i], h->path);
+    print_options_line(h->desc);
   }
   if (n == 0) printf("(no plugins found in %s or LAMP_PLUGIN_PATH)\n", lamp_plugin_dir());
   free(probes);
@@ -80,9 +124,23 @@ static void print_mask(const char *label, uint32_t mask, int count, const char *
 static const char *device_name(int d) { return lamp_device_name((lamp_device)d); }
 static const char *dtype_name(int d) { return lamp_dtype_name((lamp_dtype)d); }
 
-int lamp_cmd_plugin_info(const char *path) {
+/* A text option's row: its default, "string" or the enum's choices, its help. */
+static void print_text_param(const lamp_text_param *p) {
+  char quoted[256];
+  snprintf(quoted, sizeof quoted, "\"%s\"", p->default_value);
+  printf("  %-14s default %-8s ", p->name, p->choices != NULL ? p->default_value : quoted);
+  if (p->choices == NULL) {
+    printf("string  %s\n", p->help ? p->help : "");
+    return;
+  }
+  char list[1024];
+  lamp_plugin_choices_text(p->choices, list, sizeof list);
+  printf("enum, one of: %s  %s\n", list, p->help ? p->help : "");
+}
+
+int lamp_cmd_plugin_info(const char *name_or_path) {
   const lamp_plugin_handle *h;
-  if (lamp_plugin_inspect(path, &h) != LAMP_OK) {
+  if (lamp_plugin_inspect(name_or_path, &h) != LAMP_OK) {
     fprintf(stderr, "lamp plugin-info: %s\n", lamp_last_error());
     return 1;
   }
@@ -97,11 +155,14 @@ int lamp_cmd_plugin_info(const char *path) {
   if (d->description) printf("%-12s%s\n", "description", d->description);
   print_mask("devices", d->devices, LAMP_DEVICE_COUNT, device_name);
   print_mask("dtypes", d->dtypes, LAMP_DTYPE_COUNT, dtype_name);
-  printf("%-12s%s\n", "parameters", d->n_params ? "" : "(none)");
+  uint32_t n_text;
+  const lamp_text_param *t = lamp_plugin_text_params(d, &n_text);
+  printf("%-12s%s\n", "parameters", d->n_params || n_text ? "" : "(none)");
   for (uint32_t i = 0; i < d->n_params; i++) {
     const lamp_param *p = &d->params[i];
     printf("  %-14s default %-8g range [%g, %g]  %s\n", p->name, p->default_value, p->min_value, p->max_value,
            p->help ? p->help : "");
   }
+  for (uint32_t i = 0; i < n_text; i++) print_text_param(&t[i]);
   return 0;
 }

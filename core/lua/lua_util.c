@@ -71,6 +71,14 @@ static const lamp_param *find_param(const lamp_plugin *desc, const char *name) {
   return NULL;
 }
 
+static const lamp_text_param *find_text(const lamp_plugin *desc, const char *name) {
+  uint32_t n;
+  const lamp_text_param *t = lamp_plugin_text_params(desc, &n);
+  for (uint32_t i = 0; i < n; i++)
+    if (strcmp(t[i].name, name) == 0) return &t[i];
+  return NULL;
+}
+
 /* Raises the resolver's own "unknown option" message, so Lua and C users read the same words. */
 static void unknown_option(lua_State *L, const lamp_plugin *desc, const char *name) {
   double *scratch = lua_newuserdatauv(L, (desc->n_params ? desc->n_params : 1) * sizeof *scratch, 0);
@@ -94,9 +102,28 @@ static double option_value(lua_State *L, const lamp_plugin *desc, const lamp_par
   return 0.0;
 }
 
-size_t lampL_options(lua_State *L, int idx, const lamp_plugin *desc, lamp_option *opts, size_t max) {
-  size_t n = 0;
-  if (lua_isnoneornil(L, idx)) return 0;
+/* A text option takes a string; a number goes on to the resolver, which refuses it in the words C
+   callers read too; anything else is refused here in those words. */
+static void check_text_value(lua_State *L, const lamp_plugin *desc, const lamp_text_param *p) {
+  int type = lua_type(L, -1);
+  if (type == LUA_TSTRING || type == LUA_TNUMBER) return;
+  char expected[1024];
+  lamp_text_param_expected(p, expected, sizeof expected);
+  luaL_error(L, "%s: option '%s' must be %s; got %s", desc->name, p->name, expected, lampL_value_text(L, -1));
+}
+
+static void add_number(lua_State *L, const lamp_plugin *desc, lamp_options *out, lamp_option *nums, size_t max,
+                       const char *name, double value) {
+  if (out->n_numbers == max) luaL_error(L, "%s: more than %d options", desc->name, (int)max);
+  nums[out->n_numbers].name = name;
+  nums[out->n_numbers].value = value;
+  out->n_numbers++;
+}
+
+void lampL_options(lua_State *L, int idx, const lamp_plugin *desc, lamp_options *out, lamp_option *nums,
+                   lamp_text_option *texts, size_t max) {
+  *out = (lamp_options){nums, 0, texts, 0};
+  if (lua_isnoneornil(L, idx)) return;
   idx = lua_absindex(L, idx);
   if (!lua_istable(L, idx))
     luaL_error(L, "%s: options must be a table {name = value, ...}, got %s", desc->name, luaL_typename(L, idx));
@@ -106,15 +133,23 @@ size_t lampL_options(lua_State *L, int idx, const lamp_plugin *desc, lamp_option
       luaL_error(L, "%s: option names must be strings, got %s", desc->name, lampL_value_text(L, -2));
     const char *name = lua_tostring(L, -2);
     const lamp_param *p = find_param(desc, name);
-    if (p == NULL) unknown_option(L, desc, name); /* before the type: `betas = {...}` is unknown, not mistyped */
-    double value = option_value(L, desc, p);
-    if (n == max) luaL_error(L, "%s: more than %d options", desc->name, (int)max);
-    opts[n].name = name;
-    opts[n].value = value;
-    n++;
+    const lamp_text_param *tp = p == NULL ? find_text(desc, name) : NULL;
+    if (p == NULL && tp == NULL) unknown_option(L, desc, name); /* before the type: `betas = {...}` is unknown, not mistyped */
+    if (p != NULL) {
+      add_number(L, desc, out, nums, max, name, option_value(L, desc, p));
+    } else {
+      check_text_value(L, desc, tp);
+      if (lua_type(L, -1) == LUA_TNUMBER) {
+        add_number(L, desc, out, nums, max, name, lua_tonumber(L, -1));
+      } else {
+        if (out->n_texts == max) luaL_error(L, "%s: more than %d options", desc->name, (int)max);
+        texts[out->n_texts].name = name;
+        texts[out->n_texts].value = lua_tostring(L, -1); /* a string: lua_tostring does not convert it */
+        out->n_texts++;
+      }
+    }
     lua_pop(L, 1);
   }
-  return n;
 }
 
 const char *lampL_number_text(lua_Number v, char *buf, size_t size) {

@@ -52,13 +52,17 @@ void *lampL_checkobject(lua_State *L, int idx, const char *tname);
 void *lampL_testobject(lua_State *L, int idx, const char *tname);
 
 /*
-** Reads a table of name = value into opts for the plugin desc (names point into the Lua strings,
+** Reads a table of name = value into *out for the plugin desc: numbers (and a flag's booleans)
+** into nums, strings into texts, at most max of each (names and texts point into the Lua strings,
 ** valid while the table is on the stack). Raises, with desc's name first: on a name desc does not
 ** declare (listing the valid ones, whatever the value), on a boolean for a parameter that is not
-** a flag (range [0, 1], default 0 or 1), on a value neither number nor boolean, on a non-string
-** key, or on more than max entries. Ranges are lamp_params_resolve's to check.
+** a flag (range [0, 1], default 0 or 1), on anything but a number or boolean for a numeric
+** parameter, on anything but a string or number for a text one (a number there is refused by
+** lamp_options_resolve, in the same words), on a non-string key, or on more than max entries.
+** Ranges and an enum's choices are lamp_options_resolve's to check.
 */
-size_t lampL_options(lua_State *L, int idx, const lamp_plugin *desc, lamp_option *opts, size_t max);
+void lampL_options(lua_State *L, int idx, const lamp_plugin *desc, lamp_options *out, lamp_option *nums,
+                   lamp_text_option *texts, size_t max);
 
 /* The value at idx as a user wrote it, for messages: 4294967297, 1.5, 1e+20, true, the string "x",
    table. The text is pushed onto the stack (it stays there until the caller's error unwinds). */

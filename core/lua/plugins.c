@@ -9,7 +9,7 @@
 
 #define MAX_OPTIONS 64
 
-typedef lamp_status (*open_fn)(void **out, const char *name, const lamp_option *opts, size_t n);
+typedef lamp_status (*open_fn)(void **out, const char *name, const lamp_options *given);
 
 /*
 ** The plugin is found before its options are read, so that they are judged against what it
@@ -21,22 +21,24 @@ static int open_plugin(lua_State *L, lamp_kind kind, const char *tname, open_fn 
   const lamp_plugin_handle *h;
   int automatic = kind == LAMP_KIND_COMM && strcmp(name, "auto") == 0;
   lampL_check(L, automatic ? lamp_plugin_select_auto(kind, &h) : lamp_plugin_load(kind, name, &h));
-  lamp_option opts[MAX_OPTIONS];
-  size_t n = lampL_options(L, 2, h->desc, opts, MAX_OPTIONS);
+  lamp_option nums[MAX_OPTIONS];
+  lamp_text_option texts[MAX_OPTIONS];
+  lamp_options given;
+  lampL_options(L, 2, h->desc, &given, nums, texts, MAX_OPTIONS);
   void *obj;
-  lampL_check(L, open(&obj, automatic ? h->path : name, opts, n));
+  lampL_check(L, open(&obj, automatic ? h->path : name, &given));
   lampL_pushbox(L, tname, obj, 0);
   return 1;
 }
 
-static lamp_status open_precision(void **out, const char *name, const lamp_option *opts, size_t n) {
-  return lamp_precision_open((lamp_precision **)out, name, opts, n);
+static lamp_status open_precision(void **out, const char *name, const lamp_options *given) {
+  return lamp_precision_open_options((lamp_precision **)out, name, given);
 }
-static lamp_status open_comm(void **out, const char *name, const lamp_option *opts, size_t n) {
-  return lamp_comm_open((lamp_comm **)out, name, opts, n);
+static lamp_status open_comm(void **out, const char *name, const lamp_options *given) {
+  return lamp_comm_open_options((lamp_comm **)out, name, given);
 }
-static lamp_status open_optim(void **out, const char *name, const lamp_option *opts, size_t n) {
-  return lamp_optim_open((lamp_optim **)out, name, opts, n);
+static lamp_status open_optim(void **out, const char *name, const lamp_options *given) {
+  return lamp_optim_open_options((lamp_optim **)out, name, given);
 }
 
 static int lamp_precision_new(lua_State *L) { return open_plugin(L, LAMP_KIND_PRECISION, LAMP_PRECISION_CLASS, open_precision); }
@@ -109,11 +111,16 @@ static int comm_barrier(lua_State *L) {
   return 0;
 }
 
-/* optim:get("lr"): a hyper-parameter's value. */
+/* optim:get("lr"): a hyper-parameter's value, a number or (a text option's) a string. */
 static int optim_get(lua_State *L) {
   lamp_optim *o = lampL_checkobject(L, 1, LAMP_OPTIM_CLASS);
   const char *name = luaL_checkstring(L, 2);
   double v;
+  const char *text = lamp_optim_text(o, name);
+  if (text != NULL) {
+    lua_pushstring(L, text);
+    return 1;
+  }
   if (lamp_optim_hparam(o, name, &v) != 0)
     return luaL_error(L, "%s: no hyper-parameter '%s'", lamp_optim_handle(o)->desc->name, name);
   lua_pushnumber(L, v);

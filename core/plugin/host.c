@@ -5,6 +5,7 @@
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "backend/backend.h"
 #include "base/error.h"
@@ -24,6 +25,8 @@
 
 struct lamp_ctx {
   char message[LAMP_ERROR_MAX];
+  const lamp_plugin *desc; /* whose text options option_text answers, with their values */
+  char *const *texts;
 };
 
 /* set_error(NULL, ...) lands here: the load or probe in progress on this thread. */
@@ -36,6 +39,11 @@ lamp_ctx *lamp_ctx_new(void) {
 }
 
 void lamp_ctx_free(lamp_ctx *ctx) { free(ctx); }
+
+void lamp_ctx_bind_texts(lamp_ctx *ctx, const lamp_plugin *desc, char *const *texts) {
+  ctx->desc = desc;
+  ctx->texts = texts;
+}
 
 void lamp_ctx_clear(lamp_ctx *ctx) { ctx->message[0] = '\0'; }
 
@@ -126,6 +134,33 @@ static lamp_device host_run_device(void) {
 
 static void *host_stream(lamp_device device) { return lamp_device_stream(device); }
 
+static const char *host_option_text(lamp_ctx *ctx, const char *name) {
+  if (ctx == NULL || ctx->desc == NULL || ctx->texts == NULL || name == NULL) return NULL;
+  uint32_t n;
+  const lamp_text_param *t = lamp_plugin_text_params(ctx->desc, &n);
+  for (uint32_t i = 0; i < n; i++)
+    if (strcmp(t[i].name, name) == 0) return ctx->texts[i];
+  return NULL;
+}
+
+static lamp_status check_stride(const char *name, size_t ld, size_t row) {
+  if (ld >= row) return LAMP_OK;
+  return lamp_error(LAMP_ERR_INVALID_ARG, "gemm: %s = %zu is smaller than the row length %zu", name, ld, row);
+}
+
+/* The strides are checked here, so that a device whose work is queued refuses them now, as the
+   CPU does, rather than at the next wait; the core's dispatch does the rest. */
+static lamp_status host_gemm(lamp_device device, int trans_a, int trans_b, size_t m, size_t n, size_t k,
+                             float alpha, const float *a, size_t lda, const float *b, size_t ldb, float beta,
+                             float *c, size_t ldc) {
+  lamp_status st = check_stride("lda", lda, trans_a ? m : k);
+  if (st == LAMP_OK) st = check_stride("ldb", ldb, trans_b ? k : n);
+  if (st == LAMP_OK) st = check_stride("ldc", ldc, n);
+  if (st != LAMP_OK) return st;
+  return lamp_gemm(device, trans_a, trans_b, m, n, k, alpha, a, LAMP_F32, lda, b, LAMP_F32, ldb, beta, c,
+                   LAMP_F32, ldc);
+}
+
 static lamp_status host_copy(void *dst, lamp_device dst_device, const void *src,
                              lamp_device src_device, size_t bytes) {
   return lamp_copy(dst_device, dst, src_device, src, bytes);
@@ -150,6 +185,8 @@ static const lamp_host host = {
     .stream = host_stream,
     .copy = host_copy,
     .synchronize = host_synchronize,
+    .option_text = host_option_text,
+    .gemm = host_gemm,
 };
 
 const lamp_host *lamp_host_get(void) { return &host; }

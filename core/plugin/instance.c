@@ -25,6 +25,8 @@ typedef struct instance {
   const lamp_plugin_handle *handle;
   lamp_ctx *ctx;
   double *params; /* resolved, hdr.n_params values */
+  char **texts;   /* resolved text options (ABI 1.4), the core's copies, n_texts of them */
+  uint32_t n_texts;
   void *state;    /* the plugin's object */
   lamp_bootstrap *boot; /* a communicator's, when it was created with one */
 } instance;
@@ -91,12 +93,30 @@ static lamp_status find_plugin(lamp_kind kind, const char *name, const lamp_plug
   return lamp_plugin_load(kind, name, out);
 }
 
-static lamp_status resolve_params(instance *in, const lamp_option *opts, size_t n_opts) {
+/* The resolved texts point into the declarations or the caller's strings: the object keeps its
+   own copies, which the plugin may read for as long as it lives. */
+static lamp_status keep_texts(instance *in, const char **resolved) {
+  for (uint32_t i = 0; i < in->n_texts; i++) {
+    in->texts[i] = strdup(resolved[i]);
+    if (in->texts[i] == NULL)
+      return lamp_error(LAMP_ERR_SYSTEM, "%s: out of memory for its options", name_of(in));
+  }
+  return LAMP_OK;
+}
+
+static lamp_status resolve_params(instance *in, const lamp_options *given) {
   const lamp_plugin *desc = in->handle->desc;
+  (void)lamp_plugin_text_params(desc, &in->n_texts);
   in->params = calloc(desc->n_params > 0 ? desc->n_params : 1, sizeof *in->params);
-  if (in->params == NULL)
-    return lamp_error(LAMP_ERR_SYSTEM, "%s: out of memory for its options", desc->name);
-  return lamp_params_resolve(desc, opts, n_opts, in->params);
+  in->texts = calloc(in->n_texts > 0 ? in->n_texts : 1, sizeof *in->texts);
+  const char **resolved = calloc(in->n_texts > 0 ? in->n_texts : 1, sizeof *resolved);
+  lamp_status st = LAMP_OK;
+  if (in->params == NULL || in->texts == NULL || resolved == NULL)
+    st = lamp_error(LAMP_ERR_SYSTEM, "%s: out of memory for its options", desc->name);
+  if (st == LAMP_OK) st = lamp_options_resolve(desc, given, in->params, resolved);
+  if (st == LAMP_OK) st = keep_texts(in, resolved);
+  free(resolved);
+  return st;
 }
 
 typedef lamp_status (*create_fn)(const lamp_host *host, lamp_ctx *ctx, const double *params,
@@ -115,6 +135,8 @@ static create_fn create_of(const lamp_plugin_handle *h) {
 static void instance_end(instance *in) {
   lamp_ctx_free(in->ctx);
   free(in->params);
+  for (uint32_t i = 0; in->texts != NULL && i < in->n_texts; i++) free(in->texts[i]);
+  free(in->texts);
   lamp_bootstrap_close(in->boot);
   in->boot = NULL;
 }
@@ -153,12 +175,12 @@ static lamp_status create_object(instance *in) {
 }
 
 /* Load, options, context, create; on failure nothing is left allocated. */
-static lamp_status instance_open(instance *in, lamp_kind kind, const char *name,
-                                 const lamp_option *opts, size_t n_opts) {
+static lamp_status instance_open(instance *in, lamp_kind kind, const char *name, const lamp_options *given) {
   memset(in, 0, sizeof *in);
   lamp_status st = find_plugin(kind, name, &in->handle);
-  if (st == LAMP_OK) st = resolve_params(in, opts, n_opts);
+  if (st == LAMP_OK) st = resolve_params(in, given);
   if (st == LAMP_OK && (in->ctx = lamp_ctx_new()) == NULL) st = LAMP_ERR_SYSTEM;
+  if (st == LAMP_OK) lamp_ctx_bind_texts(in->ctx, in->handle->desc, in->texts);
   if (st == LAMP_OK) st = create_object(in);
   if (st != LAMP_OK) instance_end(in);
   return st;
@@ -169,13 +191,12 @@ static lamp_status null_output(lamp_kind kind) {
 }
 
 /* Allocates a wrapper whose first member is its instance, and opens it. */
-static lamp_status wrapper_open(void **out, size_t size, lamp_kind kind, const char *name,
-                                const lamp_option *opts, size_t n_opts) {
+static lamp_status wrapper_open(void **out, size_t size, lamp_kind kind, const char *name, const lamp_options *given) {
   *out = NULL;
   instance *w = calloc(1, size);
   if (w == NULL)
     return lamp_error(LAMP_ERR_SYSTEM, "out of memory opening a %s plugin", lamp_kind_name(kind));
-  lamp_status st = instance_open(w, kind, name, opts, n_opts);
+  lamp_status st = instance_open(w, kind, name, given);
   if (st != LAMP_OK) {
     free(w);
     return st;
@@ -278,11 +299,15 @@ static lamp_status place_buffer(const instance *in, const placement *p, const ch
 
 lamp_status lamp_precision_open(lamp_precision **out, const char *name_or_path,
                                 const lamp_option *opts, size_t n_opts) {
+  const lamp_options given = {opts, n_opts, NULL, 0};
+  return lamp_precision_open_options(out, name_or_path, &given);
+}
+
+lamp_status lamp_precision_open_options(lamp_precision **out, const char *name_or_path, const lamp_options *given) {
   if (out == NULL) return null_output(LAMP_KIND_PRECISION);
   *out = NULL;
   void *w = NULL;
-  lamp_status st =
-      wrapper_open(&w, sizeof(lamp_precision), LAMP_KIND_PRECISION, name_or_path, opts, n_opts);
+  lamp_status st = wrapper_open(&w, sizeof(lamp_precision), LAMP_KIND_PRECISION, name_or_path, given);
   if (st != LAMP_OK) return st;
   lamp_precision *p = w;
   p->t = (const lamp_precision_v1 *)p->in.handle->desc;
@@ -398,10 +423,15 @@ lamp_status lamp_precision_check_state(lamp_precision *p, const void *buf, size_
 
 lamp_status lamp_comm_open(lamp_comm **out, const char *name_or_path, const lamp_option *opts,
                            size_t n_opts) {
+  const lamp_options given = {opts, n_opts, NULL, 0};
+  return lamp_comm_open_options(out, name_or_path, &given);
+}
+
+lamp_status lamp_comm_open_options(lamp_comm **out, const char *name_or_path, const lamp_options *given) {
   if (out == NULL) return null_output(LAMP_KIND_COMM);
   *out = NULL;
   void *w = NULL;
-  lamp_status st = wrapper_open(&w, sizeof(lamp_comm), LAMP_KIND_COMM, name_or_path, opts, n_opts);
+  lamp_status st = wrapper_open(&w, sizeof(lamp_comm), LAMP_KIND_COMM, name_or_path, given);
   if (st != LAMP_OK) return st;
   lamp_comm *c = w;
   c->t = (const lamp_comm_v1 *)c->in.handle->desc;
@@ -579,11 +609,15 @@ static lamp_status check_slots(lamp_optim *o) {
 
 lamp_status lamp_optim_open(lamp_optim **out, const char *name_or_path, const lamp_option *opts,
                             size_t n_opts) {
+  const lamp_options given = {opts, n_opts, NULL, 0};
+  return lamp_optim_open_options(out, name_or_path, &given);
+}
+
+lamp_status lamp_optim_open_options(lamp_optim **out, const char *name_or_path, const lamp_options *given) {
   if (out == NULL) return null_output(LAMP_KIND_OPTIM);
   *out = NULL;
   void *w = NULL;
-  lamp_status st =
-      wrapper_open(&w, sizeof(lamp_optim), LAMP_KIND_OPTIM, name_or_path, opts, n_opts);
+  lamp_status st = wrapper_open(&w, sizeof(lamp_optim), LAMP_KIND_OPTIM, name_or_path, given);
   if (st != LAMP_OK) return st;
   lamp_optim *o = w;
   o->t = (const lamp_optim_v1 *)o->in.handle->desc;
@@ -616,6 +650,14 @@ int lamp_optim_hparam(const lamp_optim *o, const char *name, double *value) {
     }
   }
   return -1;
+}
+
+const char *lamp_optim_text(const lamp_optim *o, const char *name) {
+  uint32_t n;
+  const lamp_text_param *t = lamp_plugin_text_params(o->in.handle->desc, &n);
+  for (uint32_t i = 0; name != NULL && i < n; i++)
+    if (strcmp(t[i].name, name) == 0) return o->in.texts[i];
+  return NULL;
 }
 
 lamp_status lamp_optim_slots(lamp_optim *o, lamp_optim_slot *out, uint32_t max, uint32_t *n) {
@@ -653,6 +695,43 @@ static lamp_status check_segments(const lamp_optim *o, const lamp_optim_step *s)
   return LAMP_OK;
 }
 
+/* ABI 1.4: what the plugin is promised of the tensor table (optim.h), checked like the segments. */
+static lamp_status check_tensor(const lamp_optim *o, const lamp_optim_step *s, size_t i, size_t next) {
+  const lamp_optim_tensor *t = &s->tensors[i];
+  const char *name = t->name != NULL ? t->name : "?";
+  if (t->name == NULL || (t->ndim > 0 && t->shape == NULL))
+    return lamp_error(LAMP_ERR_INVALID_ARG, "%s: step tensor %zu has no %s", name_of(&o->in), i,
+                      t->name == NULL ? "name" : "shape");
+  if (t->offset != next)
+    return lamp_error(LAMP_ERR_INVALID_ARG, "%s: step tensor %zu ('%s') starts at %zu, expected %zu", name_of(&o->in),
+                      i, name, t->offset, next);
+  uint64_t numel = 1;
+  for (uint32_t d = 0; d < t->ndim; d++) numel *= t->shape[d] > 0 ? (uint64_t)t->shape[d] : 0;
+  if (numel != t->count)
+    return lamp_error(LAMP_ERR_INVALID_ARG, "%s: step tensor %zu ('%s') has %zu elements, its shape %llu",
+                      name_of(&o->in), i, name, t->count, (unsigned long long)numel);
+  const lamp_optim_segment *seg = t->segment < s->n_segments ? &s->segments[t->segment] : NULL;
+  if (seg == NULL || t->offset < seg->offset || t->count > seg->offset + seg->count - t->offset)
+    return lamp_error(LAMP_ERR_INVALID_ARG, "%s: step tensor %zu ('%s') lies outside its segment %zu", name_of(&o->in),
+                      i, name, t->segment);
+  return LAMP_OK;
+}
+
+static lamp_status check_tensors(const lamp_optim *o, const lamp_optim_step *s) {
+  if (s->n_tensors > 0 && s->tensors == NULL)
+    return lamp_error(LAMP_ERR_INVALID_ARG, "%s: step has %zu tensors but no tensor table", name_of(&o->in),
+                      s->n_tensors);
+  size_t next = 0;
+  for (size_t i = 0; i < s->n_tensors; i++) {
+    lamp_status st = check_tensor(o, s, i, next);
+    if (st != LAMP_OK) return st;
+    next += s->tensors[i].count;
+  }
+  if (s->n_tensors > 0 && next != s->n)
+    return lamp_error(LAMP_ERR_INVALID_ARG, "%s: step tensors cover %zu of %zu elements", name_of(&o->in), next, s->n);
+  return LAMP_OK;
+}
+
 /* The step as the plugin sees it through the host view: a copy with its own slot array, so
    the caller's step keeps its device pointers. */
 static lamp_status view_step(const lamp_optim *o, const placement *p, const lamp_optim_step *step,
@@ -686,6 +765,7 @@ lamp_status lamp_optim_apply(lamp_optim *o, lamp_optim_step *step) {
     return lamp_error(LAMP_ERR_INVALID_ARG, "%s: step over %zu elements without params or grads",
                       name_of(&o->in), step->n);
   lamp_status st = check_segments(o, step);
+  if (st == LAMP_OK) st = check_tensors(o, step);
   if (st == LAMP_OK && step->weights_out != NULL && !(lamp_optim_caps(o) & LAMP_OPTIM_CAP_WEIGHTS_OUT))
     st = lamp_error(LAMP_ERR_INTERNAL, "%s: step given weights_out, but the plugin does not write it (no LAMP_OPTIM_CAP_WEIGHTS_OUT)",
                     name_of(&o->in));

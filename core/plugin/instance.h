@@ -14,13 +14,42 @@ typedef struct lamp_option {
   double value;
 } lamp_option;
 
+/* A user-supplied text option (ABI 1.4): a string, or one of an enum's choices. */
+typedef struct lamp_text_option {
+  const char *name;
+  const char *value;
+} lamp_text_option;
+
+/* Every option a user gave, numbers and texts, either list possibly empty. */
+typedef struct lamp_options {
+  const lamp_option *numbers;
+  size_t n_numbers;
+  const lamp_text_option *texts;
+  size_t n_texts;
+} lamp_options;
+
 /*
-** Fills values[desc->n_params] from defaults and options. Errors:
+** Fills values[desc->n_params] and, when texts is not NULL, texts[n_text_params] (the declared
+** defaults, or the given strings themselves: not copied) from defaults and options. given NULL:
+** none. Numbers and texts share one namespace. Errors:
 **   "sgd: unknown option 'mom'; valid options: lr, momentum, dampening, nesterov, weight_decay"
+**     (every name, the numbers' then the texts')
 **   "sgd: option 'lr' must be in [0, 1e+06], got -1"
+**   "lion: option 'lr' must be a number in [0, 10], got the string \"fast\""
+**   "lion: option 'sign' must be a string, one of: exact, smooth; got the number 3"
+**     ("must be a string; got ..." for a text option without choices)
+**   "lion: option 'sign' must be one of: exact, smooth; got 'rough'"
+**   "sgd: option 'lr' given twice"
 */
+lamp_status lamp_options_resolve(const lamp_plugin *desc, const lamp_options *given, double *values,
+                                 const char **texts);
+
+/* lamp_options_resolve with numbers only, the texts left at their defaults. */
 lamp_status lamp_params_resolve(const lamp_plugin *desc, const lamp_option *opts, size_t n_opts,
                                 double *values);
+
+/* What a text option takes, for messages: "a string", or "a string, one of: exact, smooth". */
+void lamp_text_param_expected(const lamp_text_param *p, char *out, size_t size);
 
 /*
 ** Devices. A plugin runs on the devices its hdr.devices declares (a plugin built against ABI 1.0
@@ -45,6 +74,11 @@ typedef struct lamp_optim lamp_optim;
 lamp_status lamp_precision_open(lamp_precision **out, const char *name_or_path, const lamp_option *opts, size_t n_opts);
 lamp_status lamp_comm_open(lamp_comm **out, const char *name_or_path, const lamp_option *opts, size_t n_opts);
 lamp_status lamp_optim_open(lamp_optim **out, const char *name_or_path, const lamp_option *opts, size_t n_opts);
+/* The same with text options too (given NULL: none). The object keeps its own copies of the
+   texts: the plugin reads them with host->option_text for as long as it lives. */
+lamp_status lamp_precision_open_options(lamp_precision **out, const char *name_or_path, const lamp_options *given);
+lamp_status lamp_comm_open_options(lamp_comm **out, const char *name_or_path, const lamp_options *given);
+lamp_status lamp_optim_open_options(lamp_optim **out, const char *name_or_path, const lamp_options *given);
 void lamp_precision_close(lamp_precision *p); /* NULL is a no-op */
 void lamp_comm_close(lamp_comm *c);
 void lamp_optim_close(lamp_optim *o);
@@ -107,12 +141,16 @@ lamp_status lamp_comm_reduce_scatter(lamp_comm *c, const void *sendbuf, void *re
 /* Optim. hparam lookup by name (for "lr"): returns 0 and sets *value when declared, -1 when
    the plugin declares no such parameter. */
 int lamp_optim_hparam(const lamp_optim *o, const char *name, double *value);
+/* A text option's value (ABI 1.4), NULL when the plugin declares no such text option. */
+const char *lamp_optim_text(const lamp_optim *o, const char *name);
 lamp_status lamp_optim_slots(lamp_optim *o, lamp_optim_slot *out, uint32_t max, uint32_t *n);
 /* The plugin's LAMP_OPTIM_CAP_* bits (0 for a plugin built before ABI 1.2). */
 uint32_t lamp_optim_caps(const lamp_optim *o);
 /* Fills step->hparams, step->stream (the device's queue) and struct_size itself, and checks that
    the segments cover [0, n) in order and that params and grads are given ("sgd: step segment 1
-   starts at 50, expected 40"). step->device says where every pointer lives (see Devices).
+   starts at 50, expected 40"), and that the tensor table, when given, covers [0, n) in order,
+   each tensor inside its segment ("sgd: step tensor 1 ('0.bias') starts at 50, expected 40").
+   step->device says where every pointer lives (see Devices).
    step->weights_out (16-bit, f16 or bf16) is refused for a plugin without
    LAMP_OPTIM_CAP_WEIGHTS_OUT. */
 lamp_status lamp_optim_apply(lamp_optim *o, lamp_optim_step *step);

@@ -8,7 +8,7 @@
 **   -> no entry symbol (or a newer one) -> entry returned NULL -> bad magic -> wrong kind
 **   -> ABI major -> table too small -> required member NULL -> part of a group of optional
 **   members (comm: all_reduce_enqueue, wait_stream, poll) -> bad parameter declarations
-**   -> (loaded by name) another declared name.
+**   (numeric, then text) -> (loaded by name) another declared name.
 ** The file checks come before dlopen because dlopen already runs the file's code (its
 ** constructors), and they run on every load, cached or not.
 */
@@ -81,12 +81,13 @@ static const member *required_members(lamp_kind kind, size_t *n) {
 
 /* ABI 1.0: the required functions are a prefix; the optional ones after them may be cut off.
    ABI 1.1 added no family table member (only host members and lamp_optim_step.stream), 1.2
-   only an optional one (lamp_optim_v1.caps) and 1.3 only optional ones (lamp_comm_v1's
-   create_with_bootstrap .. poll), so every minor so far needs the same prefix. A
+   only an optional one (lamp_optim_v1.caps), 1.3 only optional ones (lamp_comm_v1's
+   create_with_bootstrap .. poll) and 1.4 only optional ones (every family's text_params and
+   n_text_params), so every minor so far needs the same prefix. A
    minor that adds a required member makes this depend on `minor`; plugins declaring a minor
    this core does not know are held to the newest it does. */
 size_t lamp_plugin_required_size(lamp_kind kind, unsigned minor) {
-  (void)minor; /* 1.0 to 1.3 require the same members */
+  (void)minor; /* 1.0 to 1.4 require the same members */
   size_t n;
   const member *m = required_members(kind, &n);
   if (m == NULL) return sizeof(lamp_plugin);
@@ -95,6 +96,29 @@ size_t lamp_plugin_required_size(lamp_kind kind, unsigned minor) {
 
 static int kind_known(uint32_t kind) {
   return kind == LAMP_KIND_PRECISION || kind == LAMP_KIND_COMM || kind == LAMP_KIND_OPTIM;
+}
+
+/* A family's text options, where its table reaches them (the same two members in each). */
+#define TEXT_PARAMS(type, d, n)                                                                    \
+  (offsetof(type, n_text_params) + sizeof(uint32_t) <= (d)->struct_size                           \
+       ? (*(n) = ((const type *)(d))->n_text_params, ((const type *)(d))->text_params)             \
+       : (*(n) = 0, (const lamp_text_param *)NULL))
+
+/* As declared: the count may come without its array (refused at load). */
+static const lamp_text_param *text_members(const lamp_plugin *d, uint32_t *n) {
+  *n = 0;
+  switch ((lamp_kind)d->kind) {
+  case LAMP_KIND_PRECISION: return TEXT_PARAMS(lamp_precision_v1, d, n);
+  case LAMP_KIND_COMM: return TEXT_PARAMS(lamp_comm_v1, d, n);
+  case LAMP_KIND_OPTIM: return TEXT_PARAMS(lamp_optim_v1, d, n);
+  }
+  return NULL;
+}
+
+const lamp_text_param *lamp_plugin_text_params(const lamp_plugin *d, uint32_t *n) {
+  const lamp_text_param *p = text_members(d, n);
+  if (p == NULL) *n = 0;
+  return p;
 }
 
 /* }====================================================== */
@@ -239,6 +263,66 @@ static lamp_status check_param(const char *path, const lamp_plugin *d, uint32_t 
   return LAMP_OK;
 }
 
+/* A name declared once among the numeric and the text options: they share the option table. */
+static int declared_before(const lamp_plugin *d, const char *name, uint32_t numeric, uint32_t text) {
+  for (uint32_t j = 0; j < numeric; j++)
+    if (strcmp(d->params[j].name, name) == 0) return 1;
+  uint32_t n;
+  const lamp_text_param *t = lamp_plugin_text_params(d, &n);
+  for (uint32_t j = 0; j < text && j < n; j++)
+    if (strcmp(t[j].name, name) == 0) return 1;
+  return 0;
+}
+
+static int is_choice(const char *const *choices, const char *value) {
+  for (size_t i = 0; choices[i] != NULL; i++)
+    if (strcmp(choices[i], value) == 0) return 1;
+  return 0;
+}
+
+/* "exact, smooth" (cut short when it does not fit). */
+void lamp_plugin_choices_text(const char *const *choices, char *out, size_t size) {
+  size_t used = 0;
+  out[0] = '\0';
+  for (size_t i = 0; choices[i] != NULL && used < size; i++) {
+    int w = snprintf(out + used, size - used, "%s%s", i > 0 ? ", " : "", choices[i]);
+    if (w < 0) return;
+    used += (size_t)w;
+  }
+}
+
+static lamp_status check_text_param(const char *path, const lamp_plugin *d, const lamp_text_param *p,
+                                    uint32_t i) {
+  if (p->name == NULL || p->name[0] == '\0')
+    return lamp_error(LAMP_ERR_INVALID_USAGE, "%s: text param %u has no name", path, (unsigned)i);
+  if (declared_before(d, p->name, d->n_params, i))
+    return lamp_error(LAMP_ERR_INVALID_USAGE, "%s: param '%s' is declared twice", path, p->name);
+  if (p->default_value == NULL)
+    return lamp_error(LAMP_ERR_INVALID_USAGE, "%s: text param '%s' has no default", path, p->name);
+  if (p->choices == NULL) return LAMP_OK;
+  if (p->choices[0] == NULL)
+    return lamp_error(LAMP_ERR_INVALID_USAGE, "%s: text param '%s' has an empty list of choices", path, p->name);
+  if (is_choice(p->choices, p->default_value)) return LAMP_OK;
+  char list[512];
+  lamp_plugin_choices_text(p->choices, list, sizeof list);
+  return lamp_error(LAMP_ERR_INVALID_USAGE, "%s: text param '%s' has default '%s', not one of its choices: %s",
+                    path, p->name, p->default_value, list);
+}
+
+/* ABI 1.4: text options, after the numeric ones (whose names they must not repeat). */
+static lamp_status check_text_params(const char *path, const lamp_plugin *d) {
+  uint32_t n;
+  const lamp_text_param *t = text_members(d, &n);
+  if (t == NULL && n > 0)
+    return lamp_error(LAMP_ERR_INVALID_USAGE, "%s: declares %u text params but 'text_params' is NULL", path,
+                      (unsigned)n);
+  for (uint32_t i = 0; i < n; i++) {
+    lamp_status st = check_text_param(path, d, &t[i], i);
+    if (st != LAMP_OK) return st;
+  }
+  return LAMP_OK;
+}
+
 /* ABI 1.3: a communicator's stream-ordered calls work only together (comm.h). */
 static lamp_status check_comm_groups(const char *path, const lamp_plugin *d) {
   if (d->kind != LAMP_KIND_COMM) return LAMP_OK;
@@ -280,6 +364,7 @@ static lamp_status check_descriptor(const char *path, const lamp_plugin *d, lamp
   if (st == LAMP_OK) st = check_members(path, d);
   if (st == LAMP_OK) st = check_comm_groups(path, d);
   if (st == LAMP_OK) st = check_params(path, d);
+  if (st == LAMP_OK) st = check_text_params(path, d);
   return st;
 }
 
@@ -290,11 +375,6 @@ static lamp_status validate(const char *path, void *dl, lamp_kind expected,
   lamp_status st = find_entry(path, dl, &entry);
   if (st == LAMP_OK) st = call_entry(path, entry, desc);
   if (st == LAMP_OK) st = check_descriptor(path, *desc, expected);
-  if (st == LAMP_OK && (*desc)->abi_minor > LAMP_ABI_MINOR)
-    lamp_log(LAMP_LOG_DEBUG, "plugin",
-             "%s: built for ABI %u.%u; members after ABI %d.%d are ignored", path,
-             (unsigned)(*desc)->abi_major, (unsigned)(*desc)->abi_minor, LAMP_ABI_MAJOR,
-             LAMP_ABI_MINOR);
   return st;
 }
 
@@ -339,6 +419,10 @@ static void announce(loaded_plugin *lp) {
   lp->announced = 1;
   lamp_log(LAMP_LOG_INFO, lamp_kind_name(lp->handle.kind), "%s %s (ABI %u.%u) from %s", d->name,
            d->version, (unsigned)d->abi_major, (unsigned)d->abi_minor, lp->handle.path);
+  /* Accepted (rule 2), but what it may expect of the newer core is not there: said once. */
+  if (d->abi_minor > LAMP_ABI_MINOR)
+    lamp_log(LAMP_LOG_INFO, d->name, "built for plugin ABI %u.%u, this core has %d.%d: members it added are ignored",
+             (unsigned)d->abi_major, (unsigned)d->abi_minor, LAMP_ABI_MAJOR, LAMP_ABI_MINOR);
 }
 
 /* A cached plugin asked for again, perhaps as another kind. */
@@ -450,15 +534,67 @@ lamp_status lamp_plugin_load(lamp_kind kind, const char *name_or_path,
   return st;
 }
 
-lamp_status lamp_plugin_inspect(const char *path, const lamp_plugin_handle **out) {
-  if (path == NULL || out == NULL)
+/* Whether `lines` ('\n'-separated) has a line equal to the len bytes at line. */
+static int has_line(const char *lines, const char *line, size_t len) {
+  for (const char *p = lines; *p != '\0';) {
+    const char *end = strchr(p, '\n');
+    size_t n = end != NULL ? (size_t)(end - p) : strlen(p);
+    if (n == len && memcmp(p, line, len) == 0) return 1;
+    p += n + (end != NULL);
+  }
+  return 0;
+}
+
+/* Appends the candidates of `more` not already in `tried` (templates without '!' give every
+   kind the same ones); what does not fit is left out. */
+static void merge_tried(char *tried, size_t size, const char *more) {
+  for (const char *p = more; *p != '\0';) {
+    const char *end = strchr(p, '\n');
+    size_t len = end != NULL ? (size_t)(end - p) : strlen(p);
+    size_t used = strlen(tried);
+    size_t sep = used > 0;
+    if (len > 0 && !has_line(tried, p, len) && used + sep + len < size) {
+      if (sep) tried[used] = '\n';
+      memcpy(tried + used + sep, p, len);
+      tried[used + sep + len] = '\0';
+    }
+    p += len + (end != NULL);
+  }
+}
+
+/* A name: the search of each kind in turn, the first file found answering (whatever kind it
+   declares, as long as it declares the name). */
+static lamp_status inspect_named(const char *name, loaded_plugin **out) {
+  static const lamp_kind kinds[] = {LAMP_KIND_PRECISION, LAMP_KIND_COMM, LAMP_KIND_OPTIM};
+  char path[PATH_MAX];
+  char tried[LAMP_ERROR_MAX / 2] = "";
+  char kind_tried[LAMP_ERROR_MAX / 2];
+  for (size_t k = 0; k < COUNT(kinds); k++) {
+    int found = lamp_plugin_search(kinds[k], name, path, sizeof path, kind_tried, sizeof kind_tried);
+    if (found < 0) return LAMP_ERR_SYSTEM;
+    if (found) {
+      lamp_status st = load_file(path, 0, out);
+      if (st == LAMP_OK) st = check_declared_name(path, (lamp_kind)(*out)->handle.desc->kind, name, *out);
+      return st;
+    }
+    merge_tried(tried, sizeof tried, kind_tried);
+  }
+  return lamp_error(LAMP_ERR_INVALID_USAGE, "no precision, comm or optim plugin '%s' found; tried:\n%s", name, tried);
+}
+
+lamp_status lamp_plugin_inspect(const char *name_or_path, const lamp_plugin_handle **out) {
+  if (name_or_path == NULL || out == NULL)
     return lamp_error(LAMP_ERR_INVALID_ARG, "plugin loader: NULL %s",
-                      out == NULL ? "output" : "path");
-  if (access(path, R_OK) != 0)
-    return lamp_error(LAMP_ERR_INVALID_USAGE, "plugin '%s' not found; tried:\n  %s", path, path);
+                      out == NULL ? "output" : "name");
+  if (name_or_path[0] == '\0') return lamp_error(LAMP_ERR_INVALID_ARG, "empty plugin name");
+  size_t len = strlen(name_or_path);
+  /* "x.so" in the current folder was always a path to plugin-info: no plugin is named so. */
+  int is_path = strchr(name_or_path, '/') != NULL || (len > 3 && strcmp(name_or_path + len - 3, ".so") == 0);
+  if (is_path && access(name_or_path, R_OK) != 0)
+    return lamp_error(LAMP_ERR_INVALID_USAGE, "plugin '%s' not found; tried:\n  %s", name_or_path, name_or_path);
   loaded_plugin *lp = NULL;
   pthread_mutex_lock(&lock);
-  lamp_status st = load_file(path, 0, &lp);
+  lamp_status st = is_path ? load_file(name_or_path, 0, &lp) : inspect_named(name_or_path, &lp);
   if (st == LAMP_OK) *out = &lp->handle;
   pthread_mutex_unlock(&lock);
   return st;

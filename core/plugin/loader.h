@@ -51,9 +51,22 @@ lamp_status lamp_plugin_select_auto(lamp_kind kind, const lamp_plugin_handle **o
    "no reason given" when it left none. */
 int lamp_plugin_probe(const lamp_plugin_handle *h, char *reason, size_t size);
 
-/* Validates a file and returns its descriptor without logging or calling anything but the
-   entry function (for `lamp plugin-info`). */
-lamp_status lamp_plugin_inspect(const char *path, const lamp_plugin_handle **out);
+/*
+** Validates a file and returns its descriptor without logging or calling anything but the
+** entry function (for `lamp plugin-info`). A name_or_path containing '/' or ending in ".so" is a
+** path (as before names were accepted here: "x.so" names a file in the current folder); a name is
+** looked up as each kind in turn (precision, comm, optim), the first file found answering, and
+** must declare that name: "no precision, comm or optim plugin 'x' found; tried:" and every
+** candidate once when no kind has it.
+*/
+lamp_status lamp_plugin_inspect(const char *name_or_path, const lamp_plugin_handle **out);
+
+/* A plugin's text options (ABI 1.4): its text_params and their count, or NULL and 0 for a
+   table built before them. */
+const lamp_text_param *lamp_plugin_text_params(const lamp_plugin *desc, uint32_t *n);
+
+/* An enum's choices as "exact, smooth" (cut short when it does not fit in size). */
+void lamp_plugin_choices_text(const char *const *choices, char *out, size_t size);
 
 /* Every plugin file found in the search locations, loaded or failed. */
 typedef struct lamp_plugin_listing {
@@ -78,6 +91,9 @@ void lamp_host_set_abort(int on);
 
 /* Per-object error storage: one lamp_ctx per plugin object, passed to its create(). */
 lamp_ctx *lamp_ctx_new(void);          /* NULL (with lamp_last_error) when out of memory */
+/* What host->option_text answers for this object: desc's text options, texts[i] the value of the
+   i-th (both outlive the ctx). */
+void lamp_ctx_bind_texts(lamp_ctx *ctx, const lamp_plugin *desc, char *const *texts);
 void lamp_ctx_free(lamp_ctx *ctx);     /* NULL is a no-op */
 void lamp_ctx_clear(lamp_ctx *ctx);    /* forget the previous message before a call */
 const char *lamp_ctx_message(const lamp_ctx *ctx); /* "" when the plugin set none */

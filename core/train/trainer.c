@@ -114,25 +114,57 @@ static void precision_facts(lamp_trainer *t, lamp_agree *a) {
                  lamp_agree_number(lamp_precision_loss_scale(t->config.precision), scale, sizeof scale));
 }
 
+/* A text option's value as the ranks compare it: itself, or where it would not fit a field, its
+   start and a fingerprint of the whole. */
+static const char *option_text_fact(const char *v, char *buf, size_t size) {
+  if (strlen(v) < 40) return v;
+  snprintf(buf, size, "%.24s... (fingerprint %08x)", v, (unsigned)fnv1a(2166136261u, v, strlen(v)));
+  return buf;
+}
+
+/* The i-th option, numbers first, then texts (ABI 1.4): its name and its value's text. */
+static const char *optimizer_option(lamp_trainer *t, uint32_t i, char *text, size_t size) {
+  const lamp_plugin *d = lamp_optim_handle(t->config.optim)->desc;
+  if (i < d->n_params) {
+    double v = 0.0;
+    (void)lamp_optim_hparam(t->config.optim, d->params[i].name, &v);
+    lamp_agree_number(v, text, size);
+    return d->params[i].name;
+  }
+  uint32_t n_text;
+  const lamp_text_param *tp = lamp_plugin_text_params(d, &n_text);
+  const char *name = tp[i - d->n_params].name;
+  char buf[LAMP_AGREE_TEXT];
+  snprintf(text, size, "%s", option_text_fact(lamp_optim_text(t->config.optim, name), buf, sizeof buf));
+  return name;
+}
+
 /* Field names live in `names` (the check reads them after this returns). */
 static void optimizer_facts(lamp_trainer *t, lamp_agree *a, char names[][64]) {
   const lamp_plugin *d = lamp_optim_handle(t->config.optim)->desc;
+  uint32_t n_text;
+  (void)lamp_plugin_text_params(d, &n_text);
+  uint32_t n = d->n_params + n_text;
   lamp_agree_add(a, "the optimizer", "%s", d->name);
   char rest[LAMP_AGREE_TEXT] = "";
-  for (uint32_t i = 0; i < d->n_params; i++) {
-    double v = 0.0;
-    char text[32];
-    (void)lamp_optim_hparam(t->config.optim, d->params[i].name, &v);
-    lamp_agree_number(v, text, sizeof text);
+  for (uint32_t i = 0; i < n; i++) {
+    char text[LAMP_AGREE_TEXT];
+    const char *name = optimizer_option(t, i, text, sizeof text);
     if (i < AGREE_HPARAMS) {
-      snprintf(names[i], 64, "the optimizer's '%.40s'", d->params[i].name);
+      snprintf(names[i], 64, "the optimizer's '%.40s'", name);
       lamp_agree_add(a, names[i], "%s", text);
-    } else {
+    } else { /* what does not fit is cut, as lamp_agree_add would cut it */
       size_t used = strlen(rest);
-      snprintf(rest + used, sizeof rest - used, "%s%s", used ? ", " : "", text);
+      size_t sep = used ? 2 : 0, len = strlen(text);
+      if (used + sep + len >= sizeof rest) len = used + sep < sizeof rest ? sizeof rest - 1 - used - sep : 0;
+      if (used + sep < sizeof rest) {
+        memcpy(rest + used, ", ", sep);
+        memcpy(rest + used + sep, text, len);
+        rest[used + sep + len] = '\0';
+      }
     }
   }
-  if (d->n_params > AGREE_HPARAMS) lamp_agree_add(a, "the optimizer's further hyper-parameters", "%s", rest);
+  if (n > AGREE_HPARAMS) lamp_agree_add(a, "the optimizer's further hyper-parameters", "%s", rest);
 }
 
 static void model_facts(lamp_trainer *t, lamp_agree *a) {
@@ -246,14 +278,17 @@ static lamp_status allocate_report(lamp_trainer *t) {
   return t->report == NULL ? LAMP_ERR_SYSTEM : LAMP_OK;
 }
 
-/* One segment per parameter tensor: the decay flag and lr multiplier travel with it. */
+/* One segment per parameter tensor: the decay flag and lr multiplier travel with it. The tensor
+   table beside it names and shapes each one, pointing into the model's own records. */
 static lamp_status build_segments(lamp_trainer *t) {
   size_t n = lamp_model_n_params(t->model);
   t->segments = calloc(n ? n : 1, sizeof *t->segments);
-  if (t->segments == NULL) return lamp_error(LAMP_ERR_SYSTEM, "Trainer: out of memory");
+  t->tensors = calloc(n ? n : 1, sizeof *t->tensors);
+  if (t->segments == NULL || t->tensors == NULL) return lamp_error(LAMP_ERR_SYSTEM, "Trainer: out of memory");
   for (size_t i = 0; i < n; i++) {
     const lamp_model_param *p = lamp_model_param_at(t->model, i);
     t->segments[i] = (lamp_optim_segment){p->offset, p->count, 1.0f, p->decay ? 1.0f : 0.0f};
+    t->tensors[i] = (lamp_optim_tensor){p->name, (uint32_t)p->ndim, p->shape, p->offset, p->count, i};
   }
   t->n_segments = n;
   return LAMP_OK;
@@ -340,6 +375,7 @@ void lamp_trainer_free(lamp_trainer *t) {
   lamp_trainer_metrics_close(t);
   for (uint32_t i = 0; i < LAMP_OPTIM_MAX_SLOTS; i++) lamp_mem_free(t->slots[i]);
   free(t->segments);
+  free(t->tensors);
   lamp_mem_free(t->report);
   free(t->report_host);
   free_staged(t);
@@ -528,6 +564,8 @@ static lamp_status optimizer_step(lamp_trainer *t, double scale) {
       .slots = t->slots,
       .segments = t->segments,
       .n_segments = t->n_segments,
+      .tensors = t->tensors,
+      .n_tensors = t->n_segments,
       .step = t->stats.steps + 1,
       .lr = lr,
       .grad_scale = coef * unscale,

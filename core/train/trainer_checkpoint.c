@@ -89,6 +89,13 @@ static lamp_status add_run_metas(lamp_trainer *t, lamp_ckpt_writer *w) {
     snprintf(key, sizeof key, "run.optim.%s", od->params[i].name);
     if (lamp_optim_hparam(t->config.optim, od->params[i].name, &v) == 0) st = lamp_ckpt_add_meta_double(w, key, v);
   }
+  uint32_t n_text;
+  const lamp_text_param *tp = lamp_plugin_text_params(od, &n_text);
+  for (uint32_t i = 0; st == LAMP_OK && i < n_text; i++) { /* ABI 1.4: none before, so no old bytes change */
+    char key[128];
+    snprintf(key, sizeof key, "run.optim.%s", tp[i].name);
+    st = lamp_ckpt_add_meta_str(w, key, lamp_optim_text(t->config.optim, tp[i].name));
+  }
   return st;
 }
 
@@ -367,6 +374,18 @@ static lamp_status note_changes(const lamp_trainer *t, const lamp_ckpt *c) {
     if (lamp_optim_hparam(t->config.optim, od->params[i].name, &mine) == 0 && mine != theirs)
       lamp_log(LAMP_LOG_WARN, "trainer", "%s: optimizer option '%s' was %g, now %g", lamp_ckpt_name(c),
                od->params[i].name, theirs, mine);
+  }
+  uint32_t n_text;
+  const lamp_text_param *tp = lamp_plugin_text_params(od, &n_text);
+  for (uint32_t i = 0; i < n_text; i++) {
+    char key[128];
+    const char *theirs;
+    const char *mine = lamp_optim_text(t->config.optim, tp[i].name);
+    snprintf(key, sizeof key, "run.optim.%s", tp[i].name);
+    if (!lamp_ckpt_has_meta(c, key) || lamp_ckpt_meta_str(c, key, &theirs) != LAMP_OK) continue;
+    if (strcmp(theirs, mine) != 0)
+      lamp_log(LAMP_LOG_WARN, "trainer", "%s: optimizer option '%s' was '%s', now '%s'", lamp_ckpt_name(c), tp[i].name,
+               theirs, mine);
   }
   return LAMP_OK;
 }

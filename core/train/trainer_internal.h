@@ -42,6 +42,7 @@ struct lamp_trainer {
   uint32_t n_slots;
   lamp_optim_segment *segments;
   size_t n_segments;
+  lamp_optim_tensor *tensors; /* one per segment: the optimizer's view of the model (ABI 1.4) */
 
   lamp_tensor *dlogits;       /* gradient of the loss w.r.t. the model output */
   void *report;               /* lamp_step_report on the device, report_bytes */

@@ -20,7 +20,7 @@ contains() { # name, haystack, needle
 }
 
 out=$("$lamp" --version); check "--version exits 0" $?
-contains "--version names the ABI" "$out" "(plugin ABI 1.3)"
+contains "--version names the ABI" "$out" "(plugin ABI 1.4)"
 
 out=$("$lamp" 2>&1); check "no arguments exits 2" $(( $? == 2 ? 0 : 1 ))
 contains "no arguments prints usage" "$out" "usage: lamp SCRIPT.lua"
@@ -93,7 +93,7 @@ out=$("$lamp" plugin-info "$plugdir/plain_sgd.so"); check "plugin-info reads the
 contains "plugin-info shows the example's name" "$out" "name        plain_sgd"
 out=$("$lamp" "$src/tests/cli/example_plugin/train_with.lua" "$plugdir/plain_sgd.so" 2>&1)
 check "training with the example plugin succeeds" $?
-contains "the example plugin is announced" "$out" "optim: plain_sgd 0.1 (ABI 1.3) from $plugdir/plain_sgd.so"
+contains "the example plugin is announced" "$out" "optim: plain_sgd 0.1 (ABI 1.4) from $plugdir/plain_sgd.so"
 
 # Loaded by name, a plugin must declare that name: a search-path entry without '?' reaches
 # every name.

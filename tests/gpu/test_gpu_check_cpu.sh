@@ -25,7 +25,7 @@ expect '^e fmnist \(cpu smoke\) +\| ok '
 expect '^f resume \(cpu smoke\) +\| ok +\|.*cpu->cpu fp16: loss [0-9]'
 expect '^g gpu_mlp \(cpu smoke\) +\| ok '
 if [[ -f $build/plugins/comm/nccl.so ]]; then
-  expect '^h nccl \(cpu smoke\) +\| ok +\| +[0-9]+s \| lamp plugins: comm nccl 1\.0 1\.3 0 \(the run device is cpu'
+  expect '^h nccl \(cpu smoke\) +\| ok +\| +[0-9]+s \| lamp plugins: comm nccl 1\.0 1\.4 0 \(the run device is cpu'
   expect '^i nccl_check \(smoke\) +\| ok +\| +[0-9]+s \| nccl_check: no CUDA device: '
   for s in 'h nccl = single' 'i nccl_check'; do expect "^$s +\| skip +\|"; done
 fi

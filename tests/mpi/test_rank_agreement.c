@@ -3,7 +3,8 @@
 ** with the real mpi communicator. Each case makes rank 1 differ from rank 0 in one thing and
 ** checks that both ranks fail, at once and with the same message naming the field and each
 ** rank's value, instead of averaging unrelated gradients or hanging:
-**   at Trainer creation: accum, the optimizer's lr, the model, the precision plugin;
+**   at Trainer creation: accum, the optimizer's lr, a text option of the optimizer (ABI 1.4), the
+**   model, the precision plugin;
 **   when training starts: the loader's batch, the data set's size, max_steps.
 ** Finally the same trainer with agreeing loaders trains, and its parameters are the same bits
 ** on both ranks (a refused epoch changed nothing).
@@ -33,9 +34,10 @@ typedef struct setup {
   double lr;
   int64_t hidden;
   int accum;
+  const char *sign; /* textopts' text option 'sign'; NULL for other optimizers */
 } setup;
 
-static const setup agreed = {"fp32", "sgd", 0.1, 8, 1};
+static const setup agreed = {"fp32", "sgd", 0.1, 8, 1, NULL};
 
 typedef struct built {
   lamp_precision *prec;
@@ -48,8 +50,10 @@ typedef struct built {
 static lamp_status build(built *b, lamp_comm *comm, const setup *s) {
   memset(b, 0, sizeof *b);
   const lamp_option lr = {"lr", s->lr};
+  const lamp_text_option sign = {"sign", s->sign};
+  const lamp_options given = {&lr, 1, &sign, s->sign != NULL};
   OK(lamp_precision_open(&b->prec, s->precision, NULL, 0));
-  OK(lamp_optim_open(&b->optim, s->optim, &lr, 1));
+  OK(lamp_optim_open_options(&b->optim, s->optim, &given));
   OK(lamp_cross_entropy_new(&b->loss));
   lamp_layer *layers[3];
   OK(lamp_linear_new(&layers[0], IN, s->hidden, 1));
@@ -72,14 +76,19 @@ static void unbuild(built *b) {
   lamp_precision_close(b->prec);
 }
 
-/* Rank 1 builds `other`, rank 0 the agreed setup: both must fail with `expected`. */
-static void check_creation_refused(lamp_comm *comm, const setup *other, const char *expected) {
+/* Rank 1 builds `other`, rank 0 `base`: both must fail with `expected`. */
+static void check_refused_between(lamp_comm *comm, const setup *base, const setup *other, const char *expected) {
   built b;
-  lamp_status st = build(&b, comm, rank == 1 ? other : &agreed);
+  lamp_status st = build(&b, comm, rank == 1 ? other : base);
   CHECK(st == LAMP_ERR_INVALID_USAGE, "creation returned %d, expected a refusal: %s", (int)st, lamp_last_error());
   CHECK(strcmp(lamp_last_error(), expected) == 0, "message\n  got:      %s\n  expected: %s", lamp_last_error(), expected);
   CHECK(b.t == NULL, "a refused trainer was returned");
   unbuild(&b);
+}
+
+/* Rank 1 builds `other`, rank 0 the agreed setup. */
+static void check_creation_refused(lamp_comm *comm, const setup *other, const char *expected) {
+  check_refused_between(comm, &agreed, other, expected);
 }
 
 /* A data set of n samples of [1, 2, 2] bytes over 2 classes, the same bytes on every rank. */
@@ -127,6 +136,14 @@ static void check_creation(lamp_comm *comm) {
   check_creation_refused(comm, &s,
                          "Trainer: the ranks disagree on the optimizer's 'lr': rank 0 has 0.1, rank 1 has 0.05; every rank "
                          "must build the same Trainer");
+  setup text = agreed;
+  text.optim = LAMP_BAD_PLUGIN_DIR "/textopts.so";
+  text.sign = "exact";
+  s = text;
+  s.sign = "smooth";
+  check_refused_between(comm, &text, &s,
+                        "Trainer: the ranks disagree on the optimizer's 'sign': rank 0 has exact, rank 1 has smooth; every "
+                        "rank must build the same Trainer");
   s = agreed;
   s.hidden = 16;
   check_creation_refused(comm, &s,

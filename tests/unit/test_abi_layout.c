@@ -2,7 +2,7 @@
 ** The append-only rule's guard: the offset and size of every member of every public struct,
 ** and the value of every public constant, pinned for x86-64 (LP64). A failure here means a
 ** change broke plugins built against an earlier 1.x: append members at the end instead (and
-** pin them here), or bump LAMP_ABI_MAJOR. Members added in 1.1, 1.2 and 1.3 are marked.
+** pin them here), or bump LAMP_ABI_MAJOR. Members added in 1.1, 1.2, 1.3 and 1.4 are marked.
 */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -22,7 +22,7 @@
 static void test_constants(void **state) {
   (void)state;
   assert_int_equal(LAMP_ABI_MAJOR, 1);
-  assert_int_equal(LAMP_ABI_MINOR, 3);
+  assert_int_equal(LAMP_ABI_MINOR, 4);
   assert_int_equal(LAMP_OPTIM_CAP_WEIGHTS_OUT, 1);
   assert_int_equal(LAMP_PLUGIN_MAGIC, 0x504d414c);
   assert_string_equal(LAMP_ENTRY_SYMBOL, "lamp_plugin_entry_v1");
@@ -79,6 +79,16 @@ static void test_param(void **state) {
   assert_int_equal(sizeof(lamp_param), 40);
 }
 
+/* 1.4: text options, an array element like lamp_param (it cannot grow). */
+static void test_text_param(void **state) {
+  (void)state;
+  FIELD(lamp_text_param, name, 0, 8);
+  FIELD(lamp_text_param, default_value, 8, 8);
+  FIELD(lamp_text_param, choices, 16, 8);
+  FIELD(lamp_text_param, help, 24, 8);
+  assert_int_equal(sizeof(lamp_text_param), 32);
+}
+
 static void test_plugin_header(void **state) {
   (void)state;
   FIELD(lamp_plugin, magic, 0, 4);
@@ -116,13 +126,20 @@ static void test_host(void **state) {
   FIELD(lamp_host, stream, 88, 8);
   FIELD(lamp_host, copy, 96, 8);
   FIELD(lamp_host, synchronize, 104, 8);
-  assert_int_equal(sizeof(lamp_host), 112);
+  /* 1.4 */
+  FIELD(lamp_host, option_text, 112, 8);
+  FIELD(lamp_host, gemm, 120, 8);
+  assert_int_equal(sizeof(lamp_host), 128);
   /* A 1.0 core's table ends at abort_flag; LAMP_HOST_HAS tells a plugin so. */
   lamp_host old = {.struct_size = 64};
   assert_true(LAMP_HOST_HAS(&old, abort_flag));
   assert_false(LAMP_HOST_HAS(&old, device_count));
   lamp_host now = {.struct_size = sizeof(lamp_host)};
   assert_true(LAMP_HOST_HAS(&now, synchronize));
+  assert_true(LAMP_HOST_HAS(&now, gemm));
+  lamp_host v13 = {.struct_size = 112}; /* a 1.3 core's table ends at synchronize */
+  assert_true(LAMP_HOST_HAS(&v13, synchronize));
+  assert_false(LAMP_HOST_HAS(&v13, option_text));
 }
 
 static void test_precision(void **state) {
@@ -151,7 +168,9 @@ static void test_precision(void **state) {
   FIELD(lamp_precision_v1, stats, 112, 8);
   FIELD(lamp_precision_v1, save_state, 120, 8);
   FIELD(lamp_precision_v1, load_state, 128, 8);
-  assert_int_equal(sizeof(lamp_precision_v1), 136);
+  FIELD(lamp_precision_v1, text_params, 136, 8);  /* 1.4 */
+  FIELD(lamp_precision_v1, n_text_params, 144, 4); /* 1.4 */
+  assert_int_equal(sizeof(lamp_precision_v1), 152);
 }
 
 static void test_comm(void **state) {
@@ -172,7 +191,9 @@ static void test_comm(void **state) {
   FIELD(lamp_comm_v1, all_reduce_enqueue, 168, 8);    /* 1.3 */
   FIELD(lamp_comm_v1, wait_stream, 176, 8);           /* 1.3 */
   FIELD(lamp_comm_v1, poll, 184, 8);                  /* 1.3 */
-  assert_int_equal(sizeof(lamp_comm_v1), 192);
+  FIELD(lamp_comm_v1, text_params, 192, 8);           /* 1.4 */
+  FIELD(lamp_comm_v1, n_text_params, 200, 4);         /* 1.4 */
+  assert_int_equal(sizeof(lamp_comm_v1), 208);
 }
 
 /* 1.3: the core's bootstrap, lent to create_with_bootstrap; it grows at the end too. */
@@ -217,7 +238,23 @@ static void test_optim(void **state) {
   FIELD(lamp_optim_step, stream, 88, 8); /* 1.1 */
   FIELD(lamp_optim_step, weights_out, 96, 8);       /* 1.2 */
   FIELD(lamp_optim_step, weights_out_dtype, 104, 4); /* 1.2 */
-  assert_int_equal(sizeof(lamp_optim_step), 112);
+  FIELD(lamp_optim_step, tensors, 112, 8);           /* 1.4 */
+  FIELD(lamp_optim_step, n_tensors, 120, 8);         /* 1.4 */
+  assert_int_equal(sizeof(lamp_optim_step), 128);
+  lamp_optim_step v13 = {.struct_size = 112}; /* a 1.3 core's step ends at weights_out_dtype */
+  assert_true(LAMP_OPTIM_STEP_HAS(&v13, weights_out_dtype));
+  assert_false(LAMP_OPTIM_STEP_HAS(&v13, tensors));
+  lamp_optim_step now = {.struct_size = sizeof(lamp_optim_step)};
+  assert_true(LAMP_OPTIM_STEP_HAS(&now, n_tensors));
+
+  /* 1.4: the tensor table's element (it cannot grow either). */
+  FIELD(lamp_optim_tensor, name, 0, 8);
+  FIELD(lamp_optim_tensor, ndim, 8, 4);
+  FIELD(lamp_optim_tensor, shape, 16, 8);
+  FIELD(lamp_optim_tensor, offset, 24, 8);
+  FIELD(lamp_optim_tensor, count, 32, 8);
+  FIELD(lamp_optim_tensor, segment, 40, 8);
+  assert_int_equal(sizeof(lamp_optim_tensor), 48);
 
   FIELD(lamp_optim_v1, hdr, 0, 72);
   FIELD(lamp_optim_v1, create, 72, 8);
@@ -225,12 +262,15 @@ static void test_optim(void **state) {
   FIELD(lamp_optim_v1, slots, 88, 8);
   FIELD(lamp_optim_v1, step, 96, 8);
   FIELD(lamp_optim_v1, caps, 104, 4); /* 1.2 */
-  assert_int_equal(sizeof(lamp_optim_v1), 112);
+  FIELD(lamp_optim_v1, text_params, 112, 8);  /* 1.4 */
+  FIELD(lamp_optim_v1, n_text_params, 120, 4); /* 1.4 */
+  assert_int_equal(sizeof(lamp_optim_v1), 128);
 }
 
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_constants),     cmocka_unit_test(test_param),
+      cmocka_unit_test(test_text_param),
       cmocka_unit_test(test_plugin_header), cmocka_unit_test(test_host),
       cmocka_unit_test(test_precision),     cmocka_unit_test(test_comm),
       cmocka_unit_test(test_bootstrap),     cmocka_unit_test(test_optim),

@@ -179,7 +179,7 @@ static void test_create_refusals(void **state) {
   assert_int_equal(t->create(lamp_host_get(), ctx, &timeout, &comm), LAMP_ERR_UNSUPPORTED);
   assert_string_equal(lamp_ctx_message(ctx),
                       "created without a bootstrap, which serves one process, but OMPI_COMM_WORLD_SIZE=2: this core "
-                      "(ABI 1.3) cannot hand NCCL's unique id to the other ranks");
+                      "(ABI 1.4) cannot hand NCCL's unique id to the other ranks");
   clear_env();
   setenv("LAMP_COMM_TIMEOUT", "soon", 1);
   assert_int_equal(t->create(lamp_host_get(), ctx, &timeout, &comm), LAMP_ERR_INVALID_USAGE);

@@ -375,7 +375,7 @@ static void test_sgd_on_sim_matches_cpu(void **state) {
 static void test_host_device_services(void **state) {
   (void)state;
   const lamp_host *host = lamp_host_get();
-  assert_int_equal(host->abi_minor, 3);
+  assert_int_equal(host->abi_minor, LAMP_ABI_MINOR);
   assert_int_equal(host->struct_size, sizeof(lamp_host));
   assert_true(LAMP_HOST_HAS(host, synchronize));
 

@@ -355,7 +355,7 @@ static void test_newer_core_entry(void **state) {
   const lamp_plugin_handle *h = NULL;
   assert_error(lamp_plugin_load(LAMP_KIND_PRECISION, BAD("v2only"), &h), LAMP_ERR_INVALID_USAGE,
                BAD("v2only") ": built for a newer core: exports lamp_plugin_entry_v2, this core "
-                             "(ABI 1.3) needs lamp_plugin_entry_v1");
+                             "(ABI 1.4) needs lamp_plugin_entry_v1");
 }
 
 static void test_entry_refuses(void **state) {
@@ -396,7 +396,7 @@ static void test_struct_too_small(void **state) {
   (void)state;
   const lamp_plugin_handle *h = NULL;
   assert_error(lamp_plugin_load(LAMP_KIND_PRECISION, BAD("small"), &h), LAMP_ERR_INVALID_USAGE,
-               BAD("small") ": table is 40 bytes, ABI 1.3 precision plugins need at least %zu",
+               BAD("small") ": table is 40 bytes, ABI 1.4 precision plugins need at least %zu",
                offsetof(lamp_precision_v1, save_state));
   assert_int_equal(lamp_plugin_required_size(LAMP_KIND_PRECISION, 0), 120);
   assert_int_equal(lamp_plugin_required_size(LAMP_KIND_COMM, 0), 128);
@@ -580,7 +580,7 @@ static void test_info_line_once(void **state) {
   make_dir(TMP "/info", 0755);
   copy_file(BUILT("comm", "single"), TMP "/info/single.so", 0644);
   char line[PATH_MAX + 64];
-  snprintf(line, sizeof line, "comm: single 1.0 (ABI 1.3) from %s", real(TMP "/info/single.so"));
+  snprintf(line, sizeof line, "comm: single 1.0 (ABI 1.4) from %s", real(TMP "/info/single.so"));
   capture_start();
   const lamp_plugin_handle *h = NULL;
   assert_int_equal(lamp_plugin_load(LAMP_KIND_COMM, TMP "/info/single.so", &h), LAMP_OK);

@@ -28,7 +28,10 @@
 ** refresh) and lamp_optim_v1.caps, which says whether the plugin writes them.
 ** ABI 1.3 added the communicator's bootstrap (lamp_bootstrap, create_with_bootstrap) and its
 ** stream-ordered collectives (all_reduce_enqueue, wait_stream, poll) at the end of lamp_comm_v1.
-** ABI 1.4 added the precision policy flag LAMP_POLICY_STOCHASTIC_ROUNDING (precision.h).
+** ABI 1.4 added text options (lamp_text_param; text_params and n_text_params at the end of each
+** family table, host->option_text), the optimizer's tensor table (lamp_optim_tensor,
+** lamp_optim_step.tensors and n_tensors), host->gemm, and the precision policy flag
+** LAMP_POLICY_STOCHASTIC_ROUNDING (precision.h).
 */
 #ifndef LAMP_ABI_H
 #define LAMP_ABI_H
@@ -42,7 +45,7 @@ extern "C" {
 #endif
 
 #define LAMP_ABI_MAJOR 1
-#define LAMP_ABI_MINOR 3
+#define LAMP_ABI_MINOR 4
 
 /* 'L' 'A' 'M' 'P' read as a little-endian uint32. */
 #define LAMP_PLUGIN_MAGIC 0x504d414cu
@@ -109,6 +112,19 @@ typedef struct lamp_param {
   double max_value; /* inclusive */
   const char *help;
 } lamp_param;
+
+/*
+** ABI 1.4. A named text option: a string, or an enum when `choices` is given. Declared at the end
+** of the family table (text_params, n_text_params), validated by the core with the numeric ones
+** (one namespace: a name is declared once, as a number or as text), and read by the plugin with
+** host->option_text(ctx, name). Booleans stay numeric (0 or 1).
+*/
+typedef struct lamp_text_param {
+  const char *name;
+  const char *default_value;  /* never NULL; for an enum, one of its choices */
+  const char *const *choices; /* NULL: any string; else the values it may take, NULL-terminated */
+  const char *help;
+} lamp_text_param;
 
 /* Host-side context of one plugin object; the plugin passes it back to host->set_error. */
 typedef struct lamp_ctx lamp_ctx;

@@ -94,6 +94,12 @@ typedef struct lamp_comm_v1 {
                                     lamp_device device, void *stream, lamp_request **req);
   lamp_status (*wait_stream)(void *comm, lamp_request *req, void *stream);
   lamp_status (*poll)(void *comm);
+
+  /* ---- ABI 1.4 ---------------------------------------------------------------------------- */
+
+  /* Text options (abi.h, lamp_text_param), read in create with host->option_text. */
+  const lamp_text_param *text_params;
+  uint32_t n_text_params;
 } lamp_comm_v1;
 
 /* Whether a communicator's table reaches `member` (one built against an older minor is shorter). */

@@ -104,6 +104,27 @@ typedef struct lamp_host {
 
   /* Returns when all work queued on `device` so far is done, with the first error of that work. */
   lamp_status (*synchronize)(lamp_device device);
+
+  /* ---- ABI 1.4: present when LAMP_HOST_HAS(host, member) -------------------------------- */
+
+  /*
+  ** The value of the text option `name` (hdr's text_params) of the object `ctx` belongs to:
+  ** what the user gave, validated, else its default. NULL for a name the plugin does not declare
+  ** as text. Callable from create on; the string stays valid until the object's destroy returns.
+  */
+  const char *(*option_text)(lamp_ctx *ctx, const char *name);
+
+  /*
+  ** C[m,n] = alpha * op(A) * op(B) + beta * C in fp32 on `device`, op(X) = X, or X^T when trans_x
+  ** is non-zero. Row-major: ld* are row strides in elements (of the stored, untransposed X). Every
+  ** pointer is memory of `device`; with beta 0, C is not read. On a device whose work is queued
+  ** (cuda) the product is queued on host->stream(device) and the call returns at once. Fails with
+  ** LAMP_ERR_UNSUPPORTED on a device without a backend, LAMP_ERR_INVALID_ARG on a row stride
+  ** shorter than its row (report it with set_error: the core's message does not reach the plugin).
+  */
+  lamp_status (*gemm)(lamp_device device, int trans_a, int trans_b, size_t m, size_t n, size_t k,
+                      float alpha, const float *a, size_t lda, const float *b, size_t ldb, float beta,
+                      float *c, size_t ldc);
 } lamp_host;
 
 /* Whether the host table reaching the plugin has `member` (a core older than the plugin's

@@ -34,6 +34,22 @@ typedef struct lamp_optim_segment {
   float decay_mult;    /* multiplies weight_decay: 0 for biases and norm parameters */
 } lamp_optim_segment;
 
+/*
+** ABI 1.4. One parameter tensor of the model: where its elements lie in the slabs, and its shape
+** (row-major: shape[0] rows of shape[1] .. for a 2-D weight, out_features x in_features for a
+** Linear layer). The core hands an optimizer the whole table at every step, in slab order, one
+** entry per segment; the same table at every step of a run, so a plugin may key its own per-tensor
+** state by index.
+*/
+typedef struct lamp_optim_tensor {
+  const char *name;      /* the model's name for it: "0.weight", "2.bias" */
+  uint32_t ndim;
+  const int64_t *shape;  /* ndim sizes whose product is count */
+  size_t offset;         /* first element in params, grads and every state slot */
+  size_t count;
+  size_t segment;        /* the segment covering it: its lr_mult and decay_mult apply */
+} lamp_optim_tensor;
+
 /* Everything one step needs. */
 typedef struct lamp_optim_step {
   uint32_t struct_size;
@@ -68,7 +84,21 @@ typedef struct lamp_optim_step {
   */
   void *weights_out;
   uint32_t weights_out_dtype;
+
+  /*
+  ** ABI 1.4. The tensor table (host memory; see lamp_optim_tensor): n_tensors entries covering
+  ** [0, n) in order, or NULL and 0 where the caller has no model (a step built by hand). The core
+  ** sets struct_size to its own size: a plugin that may meet an older core reads these only when
+  ** struct_size reaches them.
+  */
+  const lamp_optim_tensor *tensors;
+  size_t n_tensors;
 } lamp_optim_step;
+
+/* Whether the step reaching the plugin has `member` (a core older than the plugin's headers
+   passes a shorter step). */
+#define LAMP_OPTIM_STEP_HAS(step, member)                                                          \
+  (offsetof(lamp_optim_step, member) + sizeof((step)->member) <= (step)->struct_size)
 
 /* lamp_optim_v1.caps bits (ABI 1.2). */
 #define LAMP_OPTIM_CAP_WEIGHTS_OUT 0x1u /* the step writes lamp_optim_step.weights_out */
@@ -92,6 +122,10 @@ typedef struct lamp_optim_v1 {
 
   /* ABI 1.2: LAMP_OPTIM_CAP_* bits; 0 (or a table built before 1.2) declares none. */
   uint32_t caps;
+
+  /* ABI 1.4: text options (abi.h, lamp_text_param), read in create with host->option_text. */
+  const lamp_text_param *text_params;
+  uint32_t n_text_params;
 } lamp_optim_v1;
 
 #ifdef __cplusplus

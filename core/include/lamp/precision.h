@@ -75,6 +75,10 @@ typedef struct lamp_precision_v1 {
   */
   lamp_status (*save_state)(void *state, void *buf, size_t *size);
   lamp_status (*load_state)(void *state, const void *buf, size_t size);
+
+  /* ABI 1.4: text options (abi.h, lamp_text_param), read in create with host->option_text. */
+  const lamp_text_param *text_params;
+  uint32_t n_text_params;
 } lamp_precision_v1;
 
 #ifdef __cplusplus
