@@ -53,6 +53,14 @@ static lamp_status check_policy(const lamp_trainer *t) {
   if (p->accum_dtype != LAMP_F32)
     return lamp_error(LAMP_ERR_UNSUPPORTED, "%s: policy's gradient accumulation dtype %s is not supported (this core accumulates in f32)",
                       name, lamp_dtype_name((lamp_dtype)p->accum_dtype));
+  const uint32_t known = LAMP_POLICY_MASTER_WEIGHTS | LAMP_POLICY_LOSS_SCALING | LAMP_POLICY_STOCHASTIC_ROUNDING;
+  if (p->flags & ~known) /* a later minor's request: training without it would not be what was asked */
+    return lamp_error(LAMP_ERR_UNSUPPORTED, "%s: policy flags 0x%x include 0x%x, which this core (plugin ABI %d.%d) does not know",
+                      name, (unsigned)p->flags, (unsigned)(p->flags & ~known), LAMP_ABI_MAJOR, LAMP_ABI_MINOR);
+  unsigned minor = lamp_precision_handle(t->config.precision)->desc->abi_minor;
+  if ((p->flags & LAMP_POLICY_STOCHASTIC_ROUNDING) && minor < 4) /* the bit meant nothing before 1.4 */
+    return lamp_error(LAMP_ERR_UNSUPPORTED, "%s: policy sets flag 0x%x, stochastic rounding since plugin ABI 1.4, but the plugin was built for ABI %d.%u",
+                      name, (unsigned)LAMP_POLICY_STOCHASTIC_ROUNDING, LAMP_ABI_MAJOR, minor);
   if ((p->flags & LAMP_POLICY_STOCHASTIC_ROUNDING) && p->weight_dtype == LAMP_F32)
     return lamp_error(LAMP_ERR_UNSUPPORTED, "%s: policy asks for stochastic rounding with f32 weights; it rounds fp32 values into f16 or bf16 weights, and f32 weights have nothing to round",
                       name);

@@ -134,6 +134,12 @@ check "autocast-fp16 (CMake build) trains" $?
 contains "autocast-fp16 scales the loss and skips nothing" "$out" "scale 1024  skipped 0 of 46 steps"
 accuracy_at_least "autocast-fp16 trains the MLP" "$out" 70
 
+# Muon on a small MLP (its Newton-Schulz products make the full-size one slow).
+out=$("$lamp" "$mlp" --limit=6000 --hidden=64,64 --optim="${pkg_so[optim-muon]}" --lr=0.02 2>&1)
+check "muon (pkg-config build) trains" $?
+contains "muon is loaded from its path" "$out" "optim: muon "
+accuracy_at_least "muon trains the MLP" "$out" 70
+
 # Two ranks over shared memory against the same two over mpi: the same losses, to the last digit
 # printed (a sum of two values does not depend on the order), and no segment left behind.
 if [[ -e "$prefix/lib/lamp/plugins/comm/mpi.so" ]] && command -v mpirun >/dev/null; then

@@ -187,13 +187,13 @@ static void test_with_masters_the_weight_is_the_masters_stochastic_rounding(void
 
 /* ---- 4. f32 weights --------------------------------------------------------------------------- */
 
-static void test_f32_weights_are_refused(void **state) {
-  (void)state;
+/* A Trainer with the precision plugin at `path` must be refused with `message`. */
+static void expect_policy_refused(const char *path, const char *message) {
   lamp_precision *prec;
   lamp_comm *comm;
   lamp_optim *optim;
   lamp_loss *loss;
-  OK(lamp_precision_open(&prec, LAMP_BAD_PLUGIN_DIR "/srf32.so", NULL, 0));
+  OK(lamp_precision_open(&prec, path, NULL, 0));
   OK(lamp_comm_open(&comm, "single", NULL, 0));
   OK(lamp_optim_open(&optim, "sgd", NULL, 0));
   OK(lamp_cross_entropy_new(&loss));
@@ -201,15 +201,33 @@ static void test_f32_weights_are_refused(void **state) {
   lamp_trainer_config cfg = {.model = net, .loss = loss, .precision = prec, .comm = comm, .optim = optim,
                              .device = LAMP_CPU, .accum = 1};
   lamp_trainer *t = NULL;
-  FAILS(lamp_trainer_new(&t, &cfg), LAMP_ERR_UNSUPPORTED,
-        "srf32: policy asks for stochastic rounding with f32 weights; it rounds fp32 values into f16 or bf16 weights, "
-        "and f32 weights have nothing to round");
+  FAILS(lamp_trainer_new(&t, &cfg), LAMP_ERR_UNSUPPORTED, message);
   assert_null(t);
   lamp_layer_release(net);
   lamp_loss_release(loss);
   lamp_optim_close(optim);
   lamp_comm_close(comm);
   lamp_precision_close(prec);
+}
+
+static void test_f32_weights_are_refused(void **state) {
+  (void)state;
+  expect_policy_refused(LAMP_BAD_PLUGIN_DIR "/srf32.so",
+                        "srf32: policy asks for stochastic rounding with f32 weights; it rounds fp32 values into f16 or "
+                        "bf16 weights, and f32 weights have nothing to round");
+}
+
+/* The flag's bit from a plugin built before 1.4 meant nothing; a bit this core does not know is a
+   request it cannot honour. Both are refused rather than guessed at. */
+static void test_flags_the_plugin_or_core_cannot_mean_are_refused(void **state) {
+  (void)state;
+  expect_policy_refused(LAMP_BAD_PLUGIN_DIR "/sr13.so",
+                        "sr13: policy sets flag 0x4, stochastic rounding since plugin ABI 1.4, but the plugin was built "
+                        "for ABI 1.3");
+  char want[256];
+  snprintf(want, sizeof want, "unknownflag: policy flags 0x81 include 0x80, which this core (plugin ABI %d.%d) does not know",
+           LAMP_ABI_MAJOR, LAMP_ABI_MINOR);
+  expect_policy_refused(LAMP_BAD_PLUGIN_DIR "/unknownflag.so", want);
 }
 
 /* ---- 5. resume ------------------------------------------------------------------------------- */
@@ -309,6 +327,7 @@ int main(void) {
       cmocka_unit_test(test_without_masters_small_updates_survive_on_average),
       cmocka_unit_test(test_with_masters_the_weight_is_the_masters_stochastic_rounding),
       cmocka_unit_test(test_f32_weights_are_refused),
+      cmocka_unit_test(test_flags_the_plugin_or_core_cannot_mean_are_refused),
       cmocka_unit_test(test_resume_continues_the_checkpoints_rounding),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
