@@ -31,10 +31,26 @@ accuracy_at_least() { # name, output, minimum
   check "$1" $r
 }
 
-# Inside the build folder: plugins outside the lamp tree are checked up to "/", and /tmp (shared,
-# sticky) would be refused; the build folder is safe already (its own plugins need it).
+# Inside the build folder. The examples' plugins lie outside the installed lamp's tree, so lamp checks
+# every folder above them up to "/": a checkout under a shared folder (a clone in /tmp) fails that
+# rule, and then the runs below load them with LAMP_PLUGIN_UNSAFE_PATHS=1 (lamp warns on each load).
 work=$(mktemp -d "$build/install-kit.XXXXXX")
 trap 'rm -rf "$work"' EXIT
+shared_above() { # DIR: a folder above DIR that others may write, or that another user owns
+  local d
+  d=$(realpath "$1")
+  while [[ "$d" != / ]]; do
+    d=$(dirname "$d")
+    local mode owner
+    mode=$(stat -L -c %a "$d") owner=$(stat -L -c %u "$d")
+    if (( (8#$mode & 8#022) != 0 )) || [[ "$owner" != 0 && "$owner" != "$(id -u)" ]]; then echo "$d"; return 0; fi
+  done
+  return 1
+}
+if unsafe=$(shared_above "$work"); then
+  echo "note: $unsafe above the build folder is shared: the examples load with LAMP_PLUGIN_UNSAFE_PATHS=1"
+  export LAMP_PLUGIN_UNSAFE_PATHS=1
+fi
 
 # {================================================================ install, then move
 
