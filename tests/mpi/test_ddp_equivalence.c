@@ -1,5 +1,5 @@
 /*
-** DDP is exact: N ranks of B rows take the step of 1 rank of N*B rows (README, "Data parallel").
+** DDP is exact: N ranks of B rows take the step of 1 rank of N*B rows (docs/ddp.md).
 ** Run as `mpirun -n 2 test_ddp_equivalence`, with the real mpi communicator plugin and the real
 ** precision and optimizer plugins.
 **

@@ -2,7 +2,8 @@
 ** fp16 / bf16 conversions: exhaustive over every 16-bit pattern, against the F16C instructions
 ** (every f32 pattern for f32 -> f16), and against an independent reference that rounds in
 ** double arithmetic (frexp/ldexp/floor), so neither the library's bit tricks nor F16C is
-** trusted blindly. The edge cases the design calls out get their own tests.
+** trusted blindly. The edge cases of the conversion rules (docs/design.md, "Numerics": ties to
+** even, overflow to infinity, subnormals, NaN) get their own tests.
 */
 #include <float.h>
 #include <math.h>
