@@ -1,13 +1,23 @@
-# Shared by the benchmark scripts (sourced, not run): argument parsing, the PyTorch reference,
-# and the OpenBLAS kernel lamp runs on, which PyTorch is given too so neither is handicapped.
+# shellcheck shell=bash
+# Shared by the benchmark scripts (sourced, not run): argument parsing, the PyTorch side, the
+# OpenBLAS kernel lamp runs on (which PyTorch is given too when it links OpenBLAS), and the
+# records scripts/bench/all.sh collects.
 #
 #   bench_args NAME "$@"   parses --repeat=N and --epochs=E into $repeat and $epochs
-#   bench_torch NAME       sets $ref, the PyTorch twin of the recipe given by LAMP_TORCH_REF (a
-#                          script outside this repository, which must be named), and $python
-#                          (PYTHON), or stops naming what is missing
+#   lamp_epochs            sets $epoch_args, lamp's arguments for $epochs: --epochs=E for whole
+#                          epochs, and --epochs=1 --limit=N (the first N training samples) for a
+#                          fraction below one, which trains as many steps as the twin's --epochs E
+#   bench_torch NAME       sets $ref, the PyTorch twin of the recipe (LAMP_TORCH_REF, by default
+#                          scripts/bench/torch_twin.py), $python (PYTHON, by default /usr/bin/python3,
+#                          whose PyTorch scripts/install-deps.sh --bench installs from Debian),
+#                          $torch_version, $torch_blas (torch's BLAS_INFO: "open" for OpenBLAS) and
+#                          $threads (the cores lamp's OpenBLAS uses, which PyTorch is given too), and
+#                          prints which PyTorch it found; or stops naming what is missing
+#   lamp_result, torch_result  filter a run's output down to "samples/s accuracy%"
 #   bench_core LAMP        prints the OpenBLAS core that `LAMP --version` reports
 #   keep NAME SPS          records a run: best[NAME] the highest over the repeats, cur[NAME] this
 #                          repeat's; a run that printed nothing stops the benchmark, naming it
+#   bench_record FIELD...  appends one tab-separated line to LAMP_BENCH_RECORD, when set (all.sh)
 
 bench_args() {
   local name=$1 a
@@ -22,17 +32,50 @@ bench_args() {
       *) echo "$name: unknown argument $a (expected --repeat=N or --epochs=E)" >&2; exit 2 ;;
     esac
   done
+  [[ "$repeat" =~ ^[1-9][0-9]*$ ]] || { echo "$name: --repeat must be a whole number >= 1, got $repeat" >&2; exit 2; }
+  awk -v e="$epochs" 'BEGIN { exit !(e ~ /^([0-9]+|[0-9]*\.[0-9]+)$/ && e > 0 && (e < 1 || e == int(e))) }' ||
+    { echo "$name: --epochs must be a whole number >= 1 or a fraction in (0, 1), got $epochs" >&2; exit 2; }
+}
+
+lamp_epochs() {
+  if awk -v e="$epochs" 'BEGIN { exit !(e < 1) }'; then
+    epoch_args=(--epochs=1 --limit="$(awk -v e="$epochs" 'BEGIN { printf "%d", 60000 * e }')")
+  else
+    epoch_args=(--epochs="$epochs")
+  fi
 }
 
 bench_torch() {
-  ref=${LAMP_TORCH_REF:-}
+  ref=${LAMP_TORCH_REF:-scripts/bench/torch_twin.py}
   python=${PYTHON:-/usr/bin/python3}
-  [[ -n "$ref" ]] || { echo "$1: LAMP_TORCH_REF is not set (the PyTorch twin of the recipe to compare with)" >&2; exit 1; }
-  [[ -f "$ref" ]] || { echo "$1: PyTorch reference script not found: $ref (set LAMP_TORCH_REF)" >&2; exit 1; }
+  [[ -f "$ref" ]] || { echo "$1: the PyTorch twin of the recipe is not found: $ref (LAMP_TORCH_REF)" >&2; exit 1; }
+  # Debian's python3-torch serves the default interpreter only; a PYTHON of one's own brings its own.
+  if [[ -z "${PYTHON:-}" ]]; then scripts/install-deps.sh --bench; else scripts/install-deps.sh; fi
+  local found
+  found=$("$python" -c 'import re, torch
+blas = re.search(r"BLAS_INFO=([^,\s]+)", torch.__config__.show())
+print(torch.__version__, blas.group(1) if blas else "unknown")' 2>/dev/null) ||
+    { echo "$1: $python cannot import torch (PYTHON names the interpreter; see docs/benchmarks.md)" >&2; exit 1; }
+  read -r torch_version torch_blas <<<"$found"
+  threads=$(nproc)
+  echo "$1: PyTorch $torch_version (BLAS $torch_blas) from $python, twin $ref"
+}
+
+# A run's "samples/s accuracy%" from lamp's epoch lines (the last epoch's) and from the twin's line.
+lamp_result() { sed -n 's/.*test accuracy \([0-9.]*\) %  *\([0-9]*\) samples\/s.*/\2 \1/p' | tail -1; }
+torch_result() {
+  sed -n 's/.*samples\/s=\([0-9]*\).*test_acc=\([0-9.]*\).*/\1 \2/p' | tail -1 |
+    awk '{ printf "%s %.2f\n", $1, 100 * $2 }'
 }
 
 bench_core() {
   "$1" --version | sed -n 's/.*(core \(.*\))$/\1/p'
+}
+
+bench_record() {
+  [[ -n "${LAMP_BENCH_RECORD:-}" ]] || return 0
+  local IFS=$'\t'
+  echo "$*" >>"$LAMP_BENCH_RECORD"
 }
 
 # Paired ratios. The runs of one repeat are adjacent in time, so a ratio taken inside a repeat

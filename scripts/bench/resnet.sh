@@ -1,13 +1,14 @@
 #!/usr/bin/env bash
-# Benchmark: the small ResNet (scripts/lib/resnet.lua, = train_ref.py --arch cnn) in lamp fp32,
-# bf16 and fp16 against PyTorch fp32 with 1 and 2 threads, side by side in one run, batch 128,
-# SGD, on a quarter of Fashion-MNIST (--epochs=E changes the fraction; accuracy after so little
-# training is only a sanity check). Prints samples/s and the ratios
-#   lamp fp32 / PyTorch's best setting (target >= 1.0), lamp bf16 / lamp fp32 (target >= 0.8),
-# each as best-of-N and as the median of the ratios inside each repeat (see common.sh).
+# Benchmark: the small ResNet (scripts/lib/resnet.lua; torch_twin.py --arch cnn) in lamp fp32, bf16
+# and fp16 against PyTorch fp32 and bf16 autocast, side by side in one run, batch 128, SGD, on a
+# quarter of Fashion-MNIST (--epochs=E changes the fraction; accuracy after so little training is
+# only a sanity check). PyTorch runs with one thread and with as many as lamp's OpenBLAS uses; each
+# of its figures is the better of the two. Prints samples/s and the ratios lamp fp32 / PyTorch
+# fp32, lamp bf16 / PyTorch bf16, lamp bf16 / lamp fp32 and lamp fp16 / lamp fp32, each as
+# best-of-N and as the median of the ratios inside each repeat (see common.sh).
 #
 #   scripts/bench/resnet.sh [--repeat=N] [--epochs=E]
-# Environment: LAMP_TORCH_REF, PYTHON.
+# Environment: LAMP_TORCH_REF, PYTHON (see common.sh).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 
@@ -16,43 +17,52 @@ fraction_given=0
 for a in "$@"; do [[ "$a" == --epochs=* ]] && fraction_given=1; done
 bench_args resnet.sh "$@"
 (( fraction_given )) || epochs=0.25
+lamp_epochs
 bench_torch resnet.sh
-scripts/install-deps.sh --bench
 [[ -x build/lamp ]] || scripts/build.sh
 core=$(bench_core build/lamp)
-limit=$(awk -v e="$epochs" 'BEGIN { printf "%d", 60000 * e }')
+thread_counts=(1)
+(( threads > 1 )) && thread_counts+=("$threads")
 
-lamp_sps() { # precision
-  build/lamp scripts/fmnist_resnet.lua --epochs=1 --limit="$limit" --precision="$1" 2>/dev/null |
-    sed -n 's/^epoch 1 .*test accuracy \([0-9.]*\) %  *\([0-9]*\) samples\/s.*/\2 \1/p'
+lamp_run() { # precision
+  build/lamp scripts/fmnist_resnet.lua "${epoch_args[@]}" --precision="$1" 2>/dev/null | lamp_result
 }
-torch_sps() { # threads
-  env OPENBLAS_CORETYPE="$core" "$python" "$ref" --arch cnn --threads "$1" --epochs "$epochs" 2>/dev/null |
-    sed -n 's/.*samples\/s=\([0-9]*\).*test_acc=\([0-9.]*\).*/\1 \2/p'
+torch_run() { # precision threads
+  env OPENBLAS_CORETYPE="$core" "$python" "$ref" --arch cnn --threads "$2" --precision "$1" --epochs "$epochs" \
+    2>/dev/null | torch_result
 }
 
-printf "%-40s %10s %10s\n" "run (small ResNet, batch 128, sgd, $limit samples)" "samples/s" "accuracy"
+printf "%-40s %10s %10s\n" "run (small ResNet, batch 128, sgd, $epochs epoch)" "samples/s" "accuracy"
 for ((i = 1; i <= repeat; i++)); do
+  declare -A acc_of=()
   for p in fp32 bf16 fp16; do
-    read -r sps acc <<<"$(lamp_sps $p)"
+    read -r sps acc <<<"$(lamp_run $p)"
     keep "lamp $p" "$sps"
+    acc_of["lamp $p"]=$acc
     printf "%-40s %10s %9s%%\n" "lamp $p" "$sps" "$acc"
   done
-  for threads in 1 2; do
-    read -r sps acc <<<"$(torch_sps $threads)"
-    keep "torch" "$sps"
-    keep "torch $threads" "$sps"
-    printf "%-40s %10s %9s%%\n" "pytorch fp32 --threads $threads" "$sps" \
-      "$(awk -v a="${acc:-0}" 'BEGIN { printf "%.2f", 100 * a }')"
+  for p in fp32 bf16; do
+    top=0
+    for t in "${thread_counts[@]}"; do
+      read -r sps acc <<<"$(torch_run $p "$t")"
+      keep "torch $p --threads $t" "$sps"
+      printf "%-40s %10s %9s%%\n" "pytorch $p --threads $t" "$sps" "$acc"
+      (( sps > top )) && { top=$sps; acc_of["torch $p"]=$acc; }
+    done
+    keep "torch $p" "$top"
   done
-  t1=${cur[torch 1]} t2=${cur[torch 2]}
-  torch_best=$(( t1 > t2 ? t1 : t2 ))
-  pair_add torch "${cur[lamp fp32]}" "$torch_best"
+  pair_add vs32 "${cur[lamp fp32]}" "${cur[torch fp32]}"
+  pair_add vs16 "${cur[lamp bf16]}" "${cur[torch bf16]}"
   pair_add bf16 "${cur[lamp bf16]}" "${cur[lamp fp32]}"
   pair_add fp16 "${cur[lamp fp16]}" "${cur[lamp fp32]}"
+  for p in fp32 bf16; do
+    bench_record row "resnet-$p" "${cur[lamp $p]}" "${acc_of[lamp $p]}" "${cur[torch $p]}" "${acc_of[torch $p]}"
+  done
+  bench_record row resnet-fp16 "${cur[lamp fp16]}" "${acc_of[lamp fp16]}" - -
 done
 ratio() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.2f", a / b }'; }
 paired="median of $repeat paired repeat(s)"
-echo "ratio lamp fp32 / pytorch best:  $(ratio "${best[lamp fp32]}" "${best[torch]}")x best-of, $(pair_median torch)x $paired (target >= 1.0)"
-echo "ratio lamp bf16 / lamp fp32:     $(ratio "${best[lamp bf16]}" "${best[lamp fp32]}")x best-of, $(pair_median bf16)x $paired (target >= 0.8)"
+echo "ratio lamp fp32 / pytorch fp32:  $(ratio "${best[lamp fp32]}" "${best[torch fp32]}")x best-of, $(pair_median vs32)x $paired"
+echo "ratio lamp bf16 / pytorch bf16:  $(ratio "${best[lamp bf16]}" "${best[torch bf16]}")x best-of, $(pair_median vs16)x $paired"
+echo "ratio lamp bf16 / lamp fp32:     $(ratio "${best[lamp bf16]}" "${best[lamp fp32]}")x best-of, $(pair_median bf16)x $paired"
 echo "ratio lamp fp16 / lamp fp32:     $(ratio "${best[lamp fp16]}" "${best[lamp fp32]}")x best-of, $(pair_median fp16)x $paired"
