@@ -61,11 +61,7 @@ static void assert_read(const lamp_option *nums, size_t n_nums, const lamp_text_
   assert_null(o);
 }
 
-/*
-** {======================================================
-** Text options
-** =======================================================
-*/
+/* ---- text options ---------------------------------------------------------------------------- */
 
 static void test_text_options_reach_the_plugin(void **state) {
   (void)state;
@@ -167,13 +163,7 @@ static void test_bad_text_declarations(void **state) {
   assert_int_equal(lamp_plugin_required_size(LAMP_KIND_OPTIM, 4), 104);
 }
 
-/* }====================================================== */
-
-/*
-** {======================================================
-** Older and newer plugins
-** =======================================================
-*/
+/* ---- older and newer plugins ----------------------------------------------------------------- */
 
 /*
 ** optim13 was built against 1.3: a 112-byte table. What lies after it in memory looks like 1.4's
@@ -250,13 +240,7 @@ static void test_newer_minor_is_announced(void **state) {
   assert_string_equal(captured[1], "newerminor: built for plugin ABI 1.7, this core has 1.4: members it added are ignored");
 }
 
-/* }====================================================== */
-
-/*
-** {======================================================
-** plugin-info by name
-** =======================================================
-*/
+/* ---- plugin-info by name --------------------------------------------------------------------- */
 
 static void test_inspect_by_name(void **state) {
   (void)state;
@@ -285,13 +269,7 @@ static void test_inspect_by_name(void **state) {
   assert_error(lamp_plugin_inspect("", &h), LAMP_ERR_INVALID_ARG, "empty plugin name");
 }
 
-/* }====================================================== */
-
-/*
-** {======================================================
-** The tensor table and host->gemm
-** =======================================================
-*/
+/* ---- the tensor table and host->gemm --------------------------------------------------------- */
 
 #define BATCH 8
 
@@ -425,11 +403,7 @@ static void test_host_gemm(void **state) {
   }
 }
 
-/*
-** {======================================================
-** Checkpoints
-** =======================================================
-*/
+/* ---- checkpoints ----------------------------------------------------------------------------- */
 
 static lamp_trainer *textopts_trainer(const char *sign, lamp_optim **optim, lamp_precision **prec, lamp_comm **comm,
                                       lamp_loss **loss, lamp_layer **net) {
@@ -493,8 +467,6 @@ static void test_checkpoint_records_text_options(void **state) {
   assert_int_equal(warned, 1);
   close_textopts_trainer(t, optim, prec, comm, loss, net);
 }
-
-/* }====================================================== */
 
 static int setup(void **state) {
   (void)state;
