@@ -310,8 +310,6 @@ const lamp_plugin_handle *lamp_precision_handle(const lamp_precision *p) {
   return p != NULL ? p->in.handle : NULL;
 }
 
-static int float_dtype(uint32_t d) { return d < LAMP_DTYPE_COUNT && lamp_dtype_is_float((lamp_dtype)d); }
-
 static lamp_status check_policy(const lamp_precision *p, const lamp_precision_policy *pol) {
   const struct {
     const char *name;
@@ -322,7 +320,7 @@ static lamp_status check_policy(const lamp_precision *p, const lamp_precision_po
                 {"grad_dtype", pol->grad_dtype},
                 {"accum_dtype", pol->accum_dtype}};
   for (size_t i = 0; i < sizeof fields / sizeof fields[0]; i++)
-    if (!float_dtype(fields[i].dtype))
+    if (!lamp_dtype_is_float((lamp_dtype)fields[i].dtype))
       return lamp_error(LAMP_ERR_INTERNAL, "%s: policy %s %u is not a floating-point dtype",
                         name_of(&p->in), fields[i].name, (unsigned)fields[i].dtype);
   return LAMP_OK;

@@ -184,11 +184,6 @@ static size_t dtype_size(lamp_dtype dtype) {
   }
 }
 
-static const char *dtype_name(lamp_dtype dtype) {
-  static const char *const names[] = {"f32", "f16", "bf16", "i32", "u8"};
-  return (unsigned)dtype < sizeof names / sizeof names[0] ? names[dtype] : "an unknown dtype";
-}
-
 /* Begins a collective: the communicator works, the buffer is host memory of a known dtype. */
 static lamp_status begin(shm_comm *c, const char *op, const void *buf, size_t count, lamp_dtype dtype,
                          lamp_device device) {
@@ -246,7 +241,7 @@ static lamp_status shm_all_reduce(void *comm, void *buf, size_t count, lamp_dtyp
   if (dtype != LAMP_F32 && dtype != LAMP_I32)
     return c->host->set_error(c->ctx, LAMP_ERR_UNSUPPORTED,
                               "all_reduce: %s is not supported (f32 and i32 are; reduce 16-bit values in f32)",
-                              dtype_name(dtype));
+                              lamp_dtype_name(dtype));
   if (op != LAMP_REDUCE_SUM && op != LAMP_REDUCE_MAX && op != LAMP_REDUCE_MIN)
     return c->host->set_error(c->ctx, LAMP_ERR_INVALID_ARG, "all_reduce: unknown reduce op %d", (int)op);
   const size_t esize = dtype_size(dtype), per_chunk = c->chunk / esize;

@@ -476,17 +476,6 @@ static MPI_Datatype datatype_of(lamp_dtype dtype) {
   }
 }
 
-static const char *dtype_name(lamp_dtype dtype) {
-  switch (dtype) {
-  case LAMP_F32: return "f32";
-  case LAMP_F16: return "f16";
-  case LAMP_BF16: return "bf16";
-  case LAMP_I32: return "i32";
-  case LAMP_U8: return "u8";
-  default: return "?";
-  }
-}
-
 static lamp_status check_buffer(mpi_comm *m, const char *op, const void *buf, size_t count,
                                 lamp_dtype dtype, lamp_device device) {
   lamp_status st = check_usable(m, op);
@@ -527,7 +516,7 @@ static lamp_status check_reduction(mpi_comm *m, const char *op, lamp_dtype dtype
   return m->host->set_error(m->ctx, LAMP_ERR_UNSUPPORTED,
                             "%s: %s reductions are not supported (f32 and i32 only; reduce 16-bit "
                             "values in an f32 buffer)",
-                            op, dtype_name(dtype));
+                            op, lamp_dtype_name(dtype));
 }
 
 /* ---- cuda buffers, through host memory ------------------------------------------------------- */

@@ -267,11 +267,6 @@ static int nccl_size(void *comm) { return ((nccl_comm *)comm)->size; }
 
 /* ---- argument checks ------------------------------------------------------------------------- */
 
-static const char *dtype_name(lamp_dtype dtype) {
-  static const char *const names[] = {"f32", "f16", "bf16", "i32", "u8"};
-  return (unsigned)dtype < LAMP_DTYPE_COUNT ? names[dtype] : "?";
-}
-
 static lamp_status check_buffer(nccl_comm *m, const char *op, const void *buf, size_t count, lamp_dtype dtype,
                                 lamp_device device) {
   if (atomic_load(&m->broken)) return nccl_broken_error(m);
@@ -281,7 +276,7 @@ static lamp_status check_buffer(nccl_comm *m, const char *op, const void *buf, s
     return m->host->set_error(m->ctx, LAMP_ERR_INVALID_ARG, "%s: unknown device %d", op, (int)device);
   if (buf == NULL && count > 0)
     return m->host->set_error(m->ctx, LAMP_ERR_INVALID_ARG, "%s: NULL buffer for %zu %s elements", op, count,
-                              dtype_name(dtype));
+                              lamp_dtype_name(dtype));
   return LAMP_OK;
 }
 
