@@ -192,11 +192,11 @@ static int trainer_new(lua_State *L) {
   return 1;
 }
 
+/* Frees the trainer once, then unpins what it borrowed, so those can be closed again. */
 static int trainer_gc(lua_State *L) {
-  lampL_box *box = luaL_checkudata(L, 1, LAMP_TRAINER_CLASS);
-  if (box->ptr == NULL) return 0;
-  lamp_trainer_free(box->ptr);
-  box->ptr = NULL;
+  lamp_trainer *t = lampL_takebox(L, 1, LAMP_TRAINER_CLASS);
+  if (t == NULL) return 0;
+  lamp_trainer_free(t);
   pin(L, -1, UV_PRECISION, LAMP_PRECISION_CLASS, 1);
   pin(L, -1, UV_COMM, LAMP_COMM_CLASS, 1);
   pin(L, -1, UV_OPTIM, LAMP_OPTIM_CLASS, 1);
