@@ -51,7 +51,7 @@ static void test_parse_spellings(void **state) {
   static const struct {
     const char *name;
     lamp_dtype dtype;
-  } cases[] = {{"fp32", LAMP_F32},      {"float32", LAMP_F32}, {"fp16", LAMP_F16},  {"float16", LAMP_F16},
+  } cases[] = {{"fp32", LAMP_F32},      {"float32", LAMP_F32}, {"fp16", LAMP_F16}, {"float16", LAMP_F16},
                {"bfloat16", LAMP_BF16}, {"int32", LAMP_I32},   {"uint8", LAMP_U8}};
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
     lamp_dtype d = LAMP_DTYPE_COUNT;
@@ -78,7 +78,7 @@ static void test_sizes(void **state) {
 
 int main(void) {
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test(test_names),          cmocka_unit_test(test_is_float), cmocka_unit_test(test_names_parse_back),
+      cmocka_unit_test(test_names),           cmocka_unit_test(test_is_float), cmocka_unit_test(test_names_parse_back),
       cmocka_unit_test(test_parse_spellings), cmocka_unit_test(test_sizes),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
