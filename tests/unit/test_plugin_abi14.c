@@ -53,7 +53,7 @@ static const char *real(const char *path) {
 static void assert_read(const lamp_option *nums, size_t n_nums, const lamp_text_option *texts, size_t n_texts,
                         const char *expected) {
   lamp_text_option all[8];
-  memcpy(all, texts, n_texts * sizeof *texts);
+  if (n_texts > 0) memcpy(all, texts, n_texts * sizeof *texts); /* memcpy takes no NULL, even for 0 bytes */
   all[n_texts] = (lamp_text_option){"fail", "yes"};
   const lamp_options given = {nums, n_nums, all, n_texts + 1};
   lamp_optim *o = NULL;
