@@ -61,9 +61,7 @@ optim_bitwise=${LAMP_OPTIM_BITWISE:-$build/tests/gpu/optim_bitwise}
 
 die() { echo "gpu-bundle: $*" >&2; exit 1; }
 
-# {======================================================
-# What must be there
-# =======================================================
+# ---- what must be there --------------------------------------------------------------------------
 [[ -x $build/lamp ]] || die "$build/lamp is missing: build first (cmake --build $build)"
 [[ -x $build/tests/gpu/check_ops ]] || die "$build/tests/gpu/check_ops is missing: cmake --build $build --target check_ops"
 compgen -G "$build/plugins/*/*.so" >/dev/null || die "no plugins under $build/plugins: cmake --build $build --target lamp"
@@ -77,7 +75,6 @@ fi
 for f in train-images-idx3-ubyte train-labels-idx1-ubyte t10k-images-idx3-ubyte t10k-labels-idx1-ubyte; do
   [[ -f $data_dir/$f.gz || -f $data_dir/$f ]] || die "Fashion-MNIST: $data_dir/$f(.gz) is missing (apt-get install dataset-fashion-mnist, or set LAMP_DATA_DIR)"
 done
-# }======================================================
 
 umask 022
 stage=$(mktemp -d)
@@ -85,9 +82,7 @@ trap 'rm -rf "$stage"' EXIT
 root=$stage/lamp-gpu
 mkdir -p "$root/build/tests/gpu" "$root/lib" "$root/data/fashion-mnist"
 
-# {======================================================
-# Binaries, plugins, scripts, data
-# =======================================================
+# ---- binaries, plugins, scripts, data ------------------------------------------------------------
 cp "$build/lamp" "$root/build/"
 cp "$build/tests/gpu/check_ops" "$root/build/tests/gpu/"
 if [[ -x $optim_bitwise ]]; then
@@ -112,12 +107,10 @@ for f in "$data_dir"/*-ubyte*; do
   name=$(basename "$f" .gz)
   if [[ $f == *.gz ]]; then gzip -dc "$f" >"$root/data/fashion-mnist/$name"; else cp "$f" "$root/data/fashion-mnist/$name"; fi
 done
-# }======================================================
 
-# {======================================================
-# Shared libraries: what ldd resolves for every ELF file packed, minus the C library's, the
-# compiler runtime every machine has, and CUDA's (the GPU machine's own must be used)
-# =======================================================
+# ---- shared libraries ----------------------------------------------------------------------------
+# What ldd resolves for every ELF file packed, minus the C library's, the compiler runtime every
+# machine has, and CUDA's (the GPU machine's own must be used)
 system_lib() {
   case "$(basename "$1")" in
     libc.so.* | libm.so.* | libpthread.so.* | libdl.so.* | librt.so.* | libresolv.so.* | libutil.so.* | ld-linux*.so.* | \
@@ -139,13 +132,11 @@ for e in "${elves[@]}"; do
   fi
 done
 for path in "${!libs[@]}"; do cp -L "$path" "$root/lib/$(basename "$path")"; done
-# }======================================================
 
-# {======================================================
-# Open MPI for stage j, relocatable under mpi/ (the GPU machine has no MPI): mpirun and orted,
-# the libraries, the MCA components that need nothing beyond them, the help texts and the
-# parameter files; env.sh points Open MPI's and PMIx's installation folders at this copy
-# =======================================================
+# ---- Open MPI for stage j ------------------------------------------------------------------------
+# Relocatable under mpi/ (the GPU machine has no MPI): mpirun and orted, the libraries, the MCA
+# components that need nothing beyond them, the help texts and the parameter files; env.sh points
+# Open MPI's and PMIx's installation folders at this copy
 mpi_note=""
 mpi_bytes=0
 pack_mpi() {
@@ -282,11 +273,8 @@ mapfile -t elves < <(find "$root/build" "$root/mpi" -type f \( -name '*.so' -o -
 # machine's C library.
 glibc_needed=$( (for e in "${elves[@]}" "$root"/lib/* "$root"/mpi/lib/*; do [[ -f $e ]] && objdump -T "$e" 2>/dev/null; done; true) |
   grep -o 'GLIBC_[0-9][0-9.]*' | sed 's/GLIBC_//' | sort -uV | tail -1)
-# }======================================================
 
-# {======================================================
-# The CPU reference accuracies (gpu-check.sh stage e)
-# =======================================================
+# ---- the CPU reference accuracies (gpu-check.sh stage e) -----------------------------------------
 if [[ $reference == 1 ]]; then
   echo "gpu-bundle: training one epoch on the CPU under fp32, fp16 and bf16 for cpu_reference.txt ..."
   reflog=$(mktemp -d)
@@ -294,7 +282,6 @@ if [[ $reference == 1 ]]; then
     die "the CPU reference runs failed (logs in $reflog/gpu-check)"
   rm -rf "$reflog"
 fi
-# }======================================================
 
 {
   echo "lamp GPU bundle for scripts/gpu-check.sh"

@@ -121,9 +121,7 @@ if ! { rm -rf "$work" && mkdir -p "$logs" "$work/ckpt"; }; then
   exit 1
 fi
 
-# {======================================================
-# The table
-# =======================================================
+# ---- the table -----------------------------------------------------------------------------------
 rows=()
 failed=()
 skipped=()
@@ -162,11 +160,8 @@ run_stage() {
 }
 # The last lines of a stage's log, indented, for a failure's context.
 tail_log() { sed 's/^/    /' "$logs/$1.log" | tail -n "${2:-15}"; }
-# }======================================================
 
-# {======================================================
-# Where lamp is: the bundle unpacked, or this checkout's build tree
-# =======================================================
+# ---- where lamp is: the bundle unpacked, or this checkout's build tree ---------------------------
 bundle_detail=""
 unpack() {
   if [[ -z $root ]]; then
@@ -261,11 +256,8 @@ find_nccl() {
 }
 [[ -n ${LAMP_NCCL_LIBRARY:-} ]] || LAMP_NCCL_LIBRARY=$(find_nccl)
 [[ -n $LAMP_NCCL_LIBRARY ]] && export LAMP_NCCL_LIBRARY
-# }======================================================
 
-# {======================================================
-# Stage e's accuracy runs (shared with --write-cpu-reference)
-# =======================================================
+# ---- stage e's accuracy runs (shared with --write-cpu-reference) ---------------------------------
 # mlp_run DEVICE PRECISION LOGNAME LIMIT [ARGS...]: one epoch (ARGS added); prints "accuracy
 # skipped scale" ("-" where the run printed none); returns the run's status.
 mlp_run() {
@@ -301,11 +293,8 @@ if [[ -n $reference_out ]]; then
   mv "$reference_out.tmp" "$reference_out"
   exit 0
 fi
-# }======================================================
 
-# {======================================================
-# Is there a GPU?
-# =======================================================
+# ---- is there a GPU? -----------------------------------------------------------------------------
 gpu=1
 no_gpu_reason=""
 if ! command -v nvidia-smi >/dev/null; then
@@ -345,11 +334,8 @@ rebuild_cuda() {
   chmod go-w "$out/cuda.so"
   rm -rf "$obj"
 }
-# }======================================================
 
-# {======================================================
-# The stages
-# =======================================================
+# ---- the stages ----------------------------------------------------------------------------------
 
 # The bundle (or the tree): what is there, and whether this machine's C library is new enough.
 if [[ $tree == 1 ]]; then
@@ -847,7 +833,6 @@ if want l "l resnet throughput"; then
     else row "l resnet throughput" MISS $((SECONDS - t0)) "$detail; below target: $(IFS=';'; echo "${misses[*]}")"; fi
   fi
 fi
-# }======================================================
 
 table() {
   printf '%-22s | %-5s | %5s | %s\n' "stage" "result" "time" "detail"

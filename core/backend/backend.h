@@ -32,9 +32,7 @@
 #define LAMP_CAP_HOST_VIEW 0x2u         /* its memory has a host address (lamp_device_host_view) */
 #define LAMP_CAP_GRAPHS 0x4u            /* it records work as a graph and replays it (lamp_graph_begin) */
 
-/* {======================================================
-** Devices, copies and ordering
-** ======================================================= */
+/* ---- devices, copies and ordering ------------------------------------------------------------ */
 
 /* LAMP_OK when `device` has a backend, else why not (the message names the device). A device
    whose backend is a module (cuda: core/backend/module.h) is loaded by the first call that asks
@@ -115,11 +113,7 @@ void *lamp_device_stream(lamp_device device);
    GEMM operands, staging) are handed back now rather than at thread exit. */
 void lamp_backend_release_workspace(void);
 
-/* }====================================================== */
-
-/* {======================================================
-** Graphs: queued work recorded once and replayed (CUDA Graphs)
-** ======================================================= */
+/* ---- graphs: queued work recorded once and replayed (CUDA Graphs) ---------------------------- */
 
 /*
 ** Between lamp_graph_begin and lamp_graph_end, the work queued on `device` is recorded instead of
@@ -145,11 +139,7 @@ lamp_status lamp_graph_end(lamp_device device, lamp_graph **out);
 lamp_status lamp_graph_launch(lamp_graph *graph);
 void lamp_graph_free(lamp_graph *graph); /* NULL is a no-op; replays already queued still run */
 
-/* }====================================================== */
-
-/* {======================================================
-** Kernels
-** ======================================================= */
+/* ---- kernels --------------------------------------------------------------------------------- */
 
 /* C[m,n] = alpha * op(A) * op(B) + beta * C, op(X) = X or X^T. A, B in f32/f16/bf16 (mixed
    allowed), C in f32/f16/bf16. With beta == 0, C is not read (it may hold NaN). */
@@ -244,11 +234,7 @@ lamp_status lamp_add(lamp_device device, void *y, lamp_dtype y_dtype, const void
 lamp_status lamp_apply_mask(lamp_device device, void *y, lamp_dtype y_dtype, const void *x, lamp_dtype x_dtype,
                             const uint8_t *mask, float scale, size_t n);
 
-/* }====================================================== */
-
-/* {======================================================
-** Coarse layer operations (NCHW)
-** ======================================================= */
+/* ---- coarse layer operations (NCHW) ---------------------------------------------------------- */
 
 /* The geometry of one sliding window over the planes of an image (host memory, by value). */
 typedef struct lamp_conv_geom {
@@ -359,7 +345,5 @@ typedef struct lamp_batchnorm_args {
 
 lamp_status lamp_batchnorm_forward(lamp_device device, const lamp_batchnorm_args *a);
 lamp_status lamp_batchnorm_backward(lamp_device device, const lamp_batchnorm_args *a);
-
-/* }====================================================== */
 
 #endif

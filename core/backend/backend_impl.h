@@ -18,7 +18,7 @@ typedef struct lamp_backend {
   lamp_device_memory memory; /* name, alloc, free, zero: lent to core/tensor at registration */
   unsigned caps;             /* LAMP_CAP_* */
 
-  /* {==== devices, copies, ordering ====} */
+  /* ---- devices, copies, ordering ------------------------------------------------------------- */
   int (*count)(void);
   lamp_status (*upload)(void *dst, const void *host_src, size_t bytes);       /* returns once host_src is read */
   lamp_status (*upload_async)(void *dst, const void *host_src, size_t bytes); /* host_src read later, in queue order */
@@ -33,7 +33,7 @@ typedef struct lamp_backend {
   void *(*stream)(void);               /* optional */
   void (*release_workspace)(void);     /* optional: what was kept for work the calling thread issued */
 
-  /* {==== kernels ====} */
+  /* ---- kernels ------------------------------------------------------------------------------- */
   lamp_status (*gemm)(int trans_a, int trans_b, size_t m, size_t n, size_t k, float alpha, const void *a,
                       lamp_dtype a_dtype, size_t lda, const void *b, lamp_dtype b_dtype, size_t ldb, float beta,
                       void *c, lamp_dtype c_dtype, size_t ldc);
@@ -61,7 +61,7 @@ typedef struct lamp_backend {
   lamp_status (*apply_mask)(void *y, lamp_dtype y_dtype, const void *x, lamp_dtype x_dtype, const uint8_t *mask,
                             float scale, size_t n);
 
-  /* {==== coarse layer operations ====} */
+  /* ---- coarse layer operations --------------------------------------------------------------- */
   lamp_status (*maxpool_forward)(void *y, lamp_dtype y_dtype, int32_t *argmax, const void *x, lamp_dtype x_dtype,
                                  size_t n_planes, const lamp_conv_geom *g);
   lamp_status (*maxpool_backward)(void *dx, lamp_dtype dx_dtype, const void *dy, lamp_dtype dy_dtype,
@@ -76,20 +76,20 @@ typedef struct lamp_backend {
   lamp_status (*batchnorm_forward)(const lamp_batchnorm_args *a);
   lamp_status (*batchnorm_backward)(const lamp_batchnorm_args *a);
 
-  /* {==== devices of a kind (optional; added last so tables written before stay valid) ====} */
+  /* ---- devices of a kind (optional; added last so tables written before stay valid) ---------- */
   /* Makes ordinal (already checked against count) the device the backend's work goes to; may
      refuse once work has gone to another (the message says why). NULL: nothing to do. */
   lamp_status (*select)(int ordinal);
   /* What device `ordinal` is (lamp_device_info, backend.h). NULL: its name only. */
   lamp_status (*describe)(int ordinal, lamp_device_info *out);
 
-  /* {==== graphs (with LAMP_CAP_GRAPHS; backend.h's lamp_graph_begin) ====} */
+  /* ---- graphs (with LAMP_CAP_GRAPHS; backend.h's lamp_graph_begin) --------------------------- */
   lamp_status (*graph_begin)(void);
   lamp_status (*graph_end)(void **graph); /* *graph NULL on failure */
   lamp_status (*graph_launch)(void *graph);
   void (*graph_free)(void *graph);
 
-  /* {==== stochastic rounding (backend interface 3; backend.h's lamp_round_stochastic) ====} */
+  /* ---- stochastic rounding (backend interface 3; backend.h's lamp_round_stochastic) ---------- */
   lamp_status (*round_stochastic)(void *dst, lamp_dtype dst_dtype, const float *src, size_t n, uint64_t seed,
                                   uint64_t stream);
 } lamp_backend;

@@ -22,9 +22,7 @@ static const lamp_backend *with_op(lamp_device device, size_t offset, const char
 
 #define WITH(device, op) with_op(device, offsetof(lamp_backend, op), #op)
 
-/* {======================================================
-** Copies and ordering
-** ======================================================= */
+/* ---- copies and ordering --------------------------------------------------------------------- */
 
 /* Between two devices, neither of them the host: through a host buffer. */
 static lamp_status copy_across(lamp_device dst_device, void *dst, lamp_device src_device, const void *src,
@@ -117,11 +115,7 @@ void *lamp_device_stream(lamp_device device) {
   return b != NULL && b->stream != NULL ? b->stream() : NULL;
 }
 
-/* }====================================================== */
-
-/* {======================================================
-** Graphs
-** ======================================================= */
+/* ---- graphs ---------------------------------------------------------------------------------- */
 
 struct lamp_graph {
   const lamp_backend *backend;
@@ -167,11 +161,7 @@ void lamp_graph_free(lamp_graph *graph) {
   free(graph);
 }
 
-/* }====================================================== */
-
-/* {======================================================
-** Kernels
-** ======================================================= */
+/* ---- kernels --------------------------------------------------------------------------------- */
 
 lamp_status lamp_gemm(lamp_device device, int trans_a, int trans_b, size_t m, size_t n, size_t k, float alpha,
                       const void *a, lamp_dtype a_dtype, size_t lda, const void *b_, lamp_dtype b_dtype, size_t ldb,
@@ -284,11 +274,7 @@ lamp_status lamp_apply_mask(lamp_device device, void *y, lamp_dtype y_dtype, con
   return b ? b->apply_mask(y, y_dtype, x, x_dtype, mask, scale, n) : LAMP_ERR_UNSUPPORTED;
 }
 
-/* }====================================================== */
-
-/* {======================================================
-** Coarse layer operations
-** ======================================================= */
+/* ---- coarse layer operations ----------------------------------------------------------------- */
 
 lamp_status lamp_maxpool_forward(lamp_device device, void *y, lamp_dtype y_dtype, int32_t *argmax, const void *x,
                                  lamp_dtype x_dtype, size_t n_planes, const lamp_conv_geom *g) {
@@ -340,5 +326,3 @@ lamp_status lamp_batchnorm_backward(lamp_device device, const lamp_batchnorm_arg
   const lamp_backend *b = WITH(device, batchnorm_backward);
   return b ? b->batchnorm_backward(a) : LAMP_ERR_UNSUPPORTED;
 }
-
-/* }====================================================== */

@@ -59,9 +59,3 @@ int lamp_cpu_has(lamp_isa isa) {
   pthread_once(&detect_once, detect);
   return (features >> isa) & 1u;
 }
-
-const char *lamp_isa_name(lamp_isa isa) {
-  static const char *const names[LAMP_ISA_COUNT] = {"avx",      "avx2",     "fma",      "f16c",        "avx512f",
-                                                    "avx512bw", "avx512vl", "avx512dq", "avx512_bf16", "xgetbv1"};
-  return (unsigned)isa < LAMP_ISA_COUNT ? names[isa] : "?";
-}

@@ -25,7 +25,4 @@ typedef enum lamp_isa {
    every feature off x86-64). */
 int lamp_cpu_has(lamp_isa isa);
 
-/* "avx512f"; "?" for a value out of range. */
-const char *lamp_isa_name(lamp_isa isa);
-
 #endif

@@ -42,9 +42,7 @@ static int data_cifar10(lua_State *L) {
 }
 
 static int dataset_gc(lua_State *L) {
-  lampL_box *box = luaL_checkudata(L, 1, LAMP_DATASET_CLASS);
-  lamp_dataset_release(box->ptr);
-  box->ptr = NULL;
+  lamp_dataset_release(lampL_takebox(L, 1, LAMP_DATASET_CLASS));
   return 0;
 }
 
@@ -229,9 +227,7 @@ static int data_loader(lua_State *L) {
 }
 
 static int loader_gc(lua_State *L) {
-  lampL_box *box = luaL_checkudata(L, 1, LAMP_LOADER_CLASS);
-  lamp_loader_free(box->ptr);
-  box->ptr = NULL;
+  lamp_loader_free(lampL_takebox(L, 1, LAMP_LOADER_CLASS));
   return 0;
 }
 

@@ -187,9 +187,7 @@ static int nn_cross_entropy(lua_State *L) {
 }
 
 static int layer_gc(lua_State *L) {
-  lampL_box *box = luaL_checkudata(L, 1, LAMP_LAYER_CLASS);
-  lamp_layer_release(box->ptr);
-  box->ptr = NULL;
+  lamp_layer_release(lampL_takebox(L, 1, LAMP_LAYER_CLASS));
   return 0;
 }
 
@@ -224,9 +222,7 @@ static int layer_type(lua_State *L) {
 }
 
 static int loss_gc(lua_State *L) {
-  lampL_box *box = luaL_checkudata(L, 1, LAMP_LOSS_CLASS);
-  lamp_loss_release(box->ptr);
-  box->ptr = NULL;
+  lamp_loss_release(lampL_takebox(L, 1, LAMP_LOSS_CLASS));
   return 0;
 }
 

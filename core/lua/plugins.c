@@ -132,10 +132,9 @@ static int precision_policy(lua_State *L) {
   lamp_precision *p = lampL_checkobject(L, 1, LAMP_PRECISION_CLASS);
   lamp_precision_policy pol = {.struct_size = sizeof pol};
   lampL_check(L, lamp_precision_policy_get(p, &pol));
-  static const char *const names[] = {"f32", "f16", "bf16", "i32", "u8"};
   lua_createtable(L, 0, 8);
 #define SET_DTYPE(field) \
-  lua_pushstring(L, pol.field < 5 ? names[pol.field] : "?"); \
+  lua_pushstring(L, lamp_dtype_name((lamp_dtype)pol.field)); \
   lua_setfield(L, -2, #field)
   SET_DTYPE(weight_dtype);
   SET_DTYPE(compute_dtype);

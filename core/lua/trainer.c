@@ -4,6 +4,7 @@
 
 #include "backend/backend.h"
 #include "lua/lua_util.h"
+#include "tensor/dtype.h"
 #include "train/trainer.h"
 
 /* User values of a Trainer box: the objects it borrows, kept alive and pinned. */
@@ -115,14 +116,13 @@ static void apply_param_groups(lua_State *L, lamp_trainer *t) {
 
 static int trainer_gc(lua_State *L);
 
-/* compress = "none" (default) | "bf16" | "fp16": the dtype gradients cross the wire in. */
+/* compress = "none" (default) | "bf16" | "fp16": the dtype gradients cross the wire in. Any float
+   dtype's spelling lamp_dtype_parse knows is taken ("f16", "bfloat16"; "f32" is "none"). */
 static lamp_dtype read_compress(lua_State *L) {
   lamp_dtype d = LAMP_F32;
   if (lua_getfield(L, 1, "compress") != LUA_TNIL) {
     const char *name = lua_tostring(L, -1);
-    if (name != NULL && strcmp(name, "bf16") == 0) d = LAMP_BF16;
-    else if (name != NULL && strcmp(name, "fp16") == 0) d = LAMP_F16;
-    else if (name == NULL || strcmp(name, "none") != 0)
+    if (name == NULL || (strcmp(name, "none") != 0 && (lamp_dtype_parse(name, &d) != 0 || !lamp_dtype_is_float(d))))
       luaL_error(L, "Trainer: compress must be \"none\", \"bf16\" or \"fp16\", got %s",
                  name ? name : luaL_typename(L, -1));
   }
@@ -192,11 +192,11 @@ static int trainer_new(lua_State *L) {
   return 1;
 }
 
+/* Frees the trainer once, then unpins what it borrowed, so those can be closed again. */
 static int trainer_gc(lua_State *L) {
-  lampL_box *box = luaL_checkudata(L, 1, LAMP_TRAINER_CLASS);
-  if (box->ptr == NULL) return 0;
-  lamp_trainer_free(box->ptr);
-  box->ptr = NULL;
+  lamp_trainer *t = lampL_takebox(L, 1, LAMP_TRAINER_CLASS);
+  if (t == NULL) return 0;
+  lamp_trainer_free(t);
   pin(L, -1, UV_PRECISION, LAMP_PRECISION_CLASS, 1);
   pin(L, -1, UV_COMM, LAMP_COMM_CLASS, 1);
   pin(L, -1, UV_OPTIM, LAMP_OPTIM_CLASS, 1);

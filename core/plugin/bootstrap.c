@@ -29,11 +29,7 @@ typedef struct boot {
 
 static boot *of(const lamp_bootstrap *b) { return (boot *)(uintptr_t)b; }
 
-/*
-** {======================================================
-** The calls a plugin makes
-** =======================================================
-*/
+/* ---- the calls a plugin makes ---------------------------------------------------------------- */
 
 /* Keeps the message lamp_error recorded, for the core to name when the plugin returns the
    status without one. */
@@ -85,13 +81,7 @@ static lamp_status boot_barrier(const lamp_bootstrap *pub, double timeout_s) {
   return record(b, b->t.barrier(b->t.state, b->seq++, timeout_s));
 }
 
-/* }====================================================== */
-
-/*
-** {======================================================
-** One rank
-** =======================================================
-*/
+/* ---- one rank -------------------------------------------------------------------------------- */
 
 static lamp_status single_broadcast(void *state, unsigned long seq, void *buf, size_t bytes, int root,
                                     double timeout_s) {
@@ -124,13 +114,7 @@ static void single_open(lamp_boot_transport *t) {
   t->close = single_close;
 }
 
-/* }====================================================== */
-
-/*
-** {======================================================
-** Building one
-** =======================================================
-*/
+/* ---- building one ---------------------------------------------------------------------------- */
 
 double lamp_bootstrap_default_timeout(void) {
   const char *env = getenv("LAMP_COMM_TIMEOUT");
@@ -281,5 +265,3 @@ int lamp_bootstrap_close_waits(const lamp_bootstrap *b) { return b != NULL && of
 const char *lamp_bootstrap_failure(const lamp_bootstrap *b) { return of(b)->failure; }
 
 void lamp_bootstrap_clear_failure(lamp_bootstrap *b) { of(b)->failure[0] = '\0'; }
-
-/* }====================================================== */

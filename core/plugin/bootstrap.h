@@ -44,8 +44,8 @@ int lamp_bootstrap_close_waits(const lamp_bootstrap *b);
 const char *lamp_bootstrap_failure(const lamp_bootstrap *b);
 void lamp_bootstrap_clear_failure(lamp_bootstrap *b);
 
+/* ---- internal to the bootstrap files --------------------------------------------------------- */
 /*
-** ---- Internal to the bootstrap files -------------------------------------------------------
 ** A transport moves bytes among `size` ranks; bootstrap.c checks the arguments, numbers the
 ** calls and records failures. Each call names itself in its messages with `seq`, the number of
 ** the collective in this bootstrap (0 is the opening exchange of host identities).

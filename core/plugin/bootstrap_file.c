@@ -65,11 +65,7 @@ static int aborted(void) {
   return flag != NULL && *flag != 0;
 }
 
-/*
-** {======================================================
-** Waiting for the folder to change
-** =======================================================
-*/
+/* ---- waiting for the folder to change -------------------------------------------------------- */
 
 static void drain(int fd) {
   char buf[4096];
@@ -97,13 +93,7 @@ static lamp_status watch(const char *path, uint32_t events, int *fd) {
   return st;
 }
 
-/* }====================================================== */
-
-/*
-** {======================================================
-** Files
-** =======================================================
-*/
+/* ---- files ----------------------------------------------------------------------------------- */
 
 static void file_path(const store *s, char *out, size_t size, unsigned long seq, int rank) {
   snprintf(out, size, "%s/%lu.%d", s->dir, seq, rank);
@@ -184,13 +174,7 @@ static lamp_status get(const store *s, const char *op, unsigned long seq, int r,
   return status;
 }
 
-/* }====================================================== */
-
-/*
-** {======================================================
-** The collectives
-** =======================================================
-*/
+/* ---- the collectives ------------------------------------------------------------------------- */
 
 /* The ranks whose file of collective seq is not there yet (only: one rank, or -1 for all),
    listed in s->missing; how many. */
@@ -267,13 +251,7 @@ static lamp_status file_barrier(void *state, unsigned long seq, double timeout_s
   return mark(s, st);
 }
 
-/* }====================================================== */
-
-/*
-** {======================================================
-** Opening and closing
-** =======================================================
-*/
+/* ---- opening and closing --------------------------------------------------------------------- */
 
 static void free_store(store *s) {
   if (s->inotify >= 0) close(s->inotify);
@@ -430,5 +408,3 @@ lamp_status lamp_boot_file_open(lamp_boot_transport *t, const char *dir, const c
   t->close = file_close;
   return LAMP_OK;
 }
-
-/* }====================================================== */

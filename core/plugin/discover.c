@@ -15,11 +15,7 @@
 
 #define COUNT(a) (sizeof(a) / sizeof((a)[0]))
 
-/*
-** {======================================================
-** Walking the search locations
-** =======================================================
-*/
+/* ---- walking the search locations ------------------------------------------------------------ */
 
 /* Calls visit(path, expected kind, ud) for every file the search path's templates match:
    for kind K, or for every kind when kind is 0 (templates without '!' are walked once, any
@@ -196,5 +192,3 @@ lamp_status lamp_plugin_list(lamp_plugin_listing **items, size_t *n) {
   *n = s.n;
   return LAMP_OK;
 }
-
-/* }====================================================== */

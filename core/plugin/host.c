@@ -17,11 +17,7 @@
 #define LAMP_VERSION "0.0.0"
 #endif
 
-/*
-** {======================================================
-** Error storage
-** =======================================================
-*/
+/* ---- error storage --------------------------------------------------------------------------- */
 
 struct lamp_ctx {
   char message[LAMP_ERROR_MAX];
@@ -53,13 +49,7 @@ void lamp_host_load_message_clear(void) { load_message[0] = '\0'; }
 
 const char *lamp_host_load_message(void) { return load_message; }
 
-/* }====================================================== */
-
-/*
-** {======================================================
-** The services
-** =======================================================
-*/
+/* ---- the services ---------------------------------------------------------------------------- */
 
 static volatile int abort_flag;
 
@@ -190,5 +180,3 @@ static const lamp_host host = {
 };
 
 const lamp_host *lamp_host_get(void) { return &host; }
-
-/* }====================================================== */

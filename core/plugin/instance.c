@@ -15,11 +15,7 @@
 #include "plugin/instance.h"
 #include "tensor/dtype.h"
 
-/*
-** {======================================================
-** What every plugin object shares
-** =======================================================
-*/
+/* ---- what every plugin object shares --------------------------------------------------------- */
 
 typedef struct instance {
   const lamp_plugin_handle *handle;
@@ -205,13 +201,7 @@ static lamp_status wrapper_open(void **out, size_t size, lamp_kind kind, const c
   return LAMP_OK;
 }
 
-/* }====================================================== */
-
-/*
-** {======================================================
-** Devices: where a plugin runs, and the host view
-** =======================================================
-*/
+/* ---- devices: where a plugin runs, and the host view ----------------------------------------- */
 
 /* What the plugin declares. ABI 1.0 did not enforce the field and plugins built against it
    may leave it 0; they ran on the CPU. */
@@ -289,13 +279,7 @@ static lamp_status place_buffer(const instance *in, const placement *p, const ch
                     what, ptr, lamp_device_name(p->memory));
 }
 
-/* }====================================================== */
-
-/*
-** {======================================================
-** Precision
-** =======================================================
-*/
+/* ---- precision ------------------------------------------------------------------------------- */
 
 lamp_status lamp_precision_open(lamp_precision **out, const char *name_or_path,
                                 const lamp_option *opts, size_t n_opts) {
@@ -326,8 +310,6 @@ const lamp_plugin_handle *lamp_precision_handle(const lamp_precision *p) {
   return p != NULL ? p->in.handle : NULL;
 }
 
-static int float_dtype(uint32_t d) { return d < LAMP_DTYPE_COUNT && lamp_dtype_is_float((lamp_dtype)d); }
-
 static lamp_status check_policy(const lamp_precision *p, const lamp_precision_policy *pol) {
   const struct {
     const char *name;
@@ -338,7 +320,7 @@ static lamp_status check_policy(const lamp_precision *p, const lamp_precision_po
                 {"grad_dtype", pol->grad_dtype},
                 {"accum_dtype", pol->accum_dtype}};
   for (size_t i = 0; i < sizeof fields / sizeof fields[0]; i++)
-    if (!float_dtype(fields[i].dtype))
+    if (!lamp_dtype_is_float((lamp_dtype)fields[i].dtype))
       return lamp_error(LAMP_ERR_INTERNAL, "%s: policy %s %u is not a floating-point dtype",
                         name_of(&p->in), fields[i].name, (unsigned)fields[i].dtype);
   return LAMP_OK;
@@ -413,13 +395,7 @@ lamp_status lamp_precision_check_state(lamp_precision *p, const void *buf, size_
   return st;
 }
 
-/* }====================================================== */
-
-/*
-** {======================================================
-** Comm
-** =======================================================
-*/
+/* ---- comm ------------------------------------------------------------------------------------ */
 
 lamp_status lamp_comm_open(lamp_comm **out, const char *name_or_path, const lamp_option *opts,
                            size_t n_opts) {
@@ -578,13 +554,7 @@ lamp_status lamp_comm_reduce_scatter(lamp_comm *c, const void *sendbuf, void *re
                      c->t->reduce_scatter(c->in.state, send, recv, count, dtype, op, p.device));
 }
 
-/* }====================================================== */
-
-/*
-** {======================================================
-** Optim
-** =======================================================
-*/
+/* ---- optim ----------------------------------------------------------------------------------- */
 
 /* The slots the core can allocate: at most LAMP_OPTIM_MAX_SLOTS, every one f32. Kept, for
    handing them to the plugin through the host view. */
@@ -787,5 +757,3 @@ lamp_status lamp_optim_apply(lamp_optim *o, lamp_optim_step *step) {
   if (st != LAMP_OK) return st;
   return PLUGIN_CALL(&o->in, "step", o->t->step(o->in.state, &viewed));
 }
-
-/* }====================================================== */

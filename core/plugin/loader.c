@@ -37,11 +37,7 @@ static loaded_plugin **loaded;
 static size_t n_loaded;
 static size_t cap_loaded;
 
-/*
-** {======================================================
-** What each family requires
-** =======================================================
-*/
+/* ---- what each family requires --------------------------------------------------------------- */
 
 typedef struct member {
   const char *name;
@@ -121,13 +117,7 @@ const lamp_text_param *lamp_plugin_text_params(const lamp_plugin *d, uint32_t *n
   return p;
 }
 
-/* }====================================================== */
-
-/*
-** {======================================================
-** Validation steps, in order
-** =======================================================
-*/
+/* ---- validation steps, in order -------------------------------------------------------------- */
 
 /* dlerror() usually starts with the path again; the message names it once. */
 static const char *without_path_prefix(const char *msg, const char *path) {
@@ -378,13 +368,7 @@ static lamp_status validate(const char *path, void *dl, lamp_kind expected,
   return st;
 }
 
-/* }====================================================== */
-
-/*
-** {======================================================
-** The cache (callers hold the lock)
-** =======================================================
-*/
+/* ---- the cache (callers hold the lock) ------------------------------------------------------- */
 
 static loaded_plugin *find_loaded(const char *real) {
   for (size_t i = 0; i < n_loaded; i++)
@@ -485,13 +469,7 @@ static lamp_status load_named(lamp_kind kind, const char *name, loaded_plugin **
   return st;
 }
 
-/* }====================================================== */
-
-/*
-** {======================================================
-** Public entry points
-** =======================================================
-*/
+/* ---- public entry points --------------------------------------------------------------------- */
 
 void lamp_plugin_lock(void) { pthread_mutex_lock(&lock); }
 
@@ -599,5 +577,3 @@ lamp_status lamp_plugin_inspect(const char *name_or_path, const lamp_plugin_hand
   pthread_mutex_unlock(&lock);
   return st;
 }
-
-/* }====================================================== */

@@ -85,9 +85,7 @@ const lamp_host *lamp_host_get(void);
 /* Sets or clears the flag plugins poll through host->abort_flag (Ctrl-C, a failed rank). */
 void lamp_host_set_abort(int on);
 
-/*
-** ---- Internal to core/plugin (host.c, search.c, loader.c, discover.c, instance.c) ----------
-*/
+/* ---- internal to core/plugin (host.c, search.c, loader.c, discover.c, instance.c) ------------ */
 
 /* Per-object error storage: one lamp_ctx per plugin object, passed to its create(). */
 lamp_ctx *lamp_ctx_new(void);          /* NULL (with lamp_last_error) when out of memory */

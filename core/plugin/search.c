@@ -23,11 +23,7 @@
 #define LAMP_PLUGIN_DIR_DEFAULT "plugins"
 #endif
 
-/*
-** {======================================================
-** Kinds and directories
-** =======================================================
-*/
+/* ---- kinds and directories ------------------------------------------------------------------- */
 
 const char *lamp_kind_name(lamp_kind kind) {
   switch (kind) {
@@ -71,13 +67,7 @@ const char *lamp_plugin_dir(void) {
   return dir != NULL && dir[0] != '\0' ? dir : own_plugin_dir();
 }
 
-/* }====================================================== */
-
-/*
-** {======================================================
-** The search path
-** =======================================================
-*/
+/* ---- the search path ------------------------------------------------------------------------- */
 
 #define PATH_SEP ';'
 #define NAME_MARK '?'
@@ -161,13 +151,7 @@ int lamp_plugin_expand(const char *template_, lamp_kind kind, const char *name, 
   return 1;
 }
 
-/* }====================================================== */
-
-/*
-** {======================================================
-** Candidates
-** =======================================================
-*/
+/* ---- candidates ------------------------------------------------------------------------------ */
 
 /* Appends "\n  <path>" (no newline before the first); truncation is acceptable. */
 static void add_tried(char *tried, size_t size, const char *path) {
@@ -214,13 +198,7 @@ int lamp_plugin_search(lamp_kind kind, const char *name, char *path, size_t path
   return found;
 }
 
-/* }====================================================== */
-
-/*
-** {======================================================
-** Permissions: on a shared machine, a plugin anyone else can replace is anyone's code
-** =======================================================
-*/
+/* ---- permissions: on a shared machine, a plugin anyone else can replace is anyone's code ----- */
 
 /* OpenSSH's StrictModes: the file and every directory above it belong to root or to the running
    user, and neither group nor others may write them. Write access anywhere on the chain lets
@@ -398,5 +376,3 @@ lamp_status lamp_plugin_check_file(const char *path, const char *real) {
            "%s: loading a plugin %s because LAMP_PLUGIN_UNSAFE_PATHS is set", path, r.what);
   return LAMP_OK;
 }
-
-/* }====================================================== */

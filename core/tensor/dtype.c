@@ -13,17 +13,6 @@ size_t lamp_dtype_size(lamp_dtype dtype) {
   }
 }
 
-const char *lamp_dtype_name(lamp_dtype dtype) {
-  switch (dtype) {
-  case LAMP_F32: return "f32";
-  case LAMP_F16: return "f16";
-  case LAMP_BF16: return "bf16";
-  case LAMP_I32: return "i32";
-  case LAMP_U8: return "u8";
-  default: return "?";
-  }
-}
-
 int lamp_dtype_parse(const char *name, lamp_dtype *out) {
   static const struct { const char *name; lamp_dtype dtype; } names[] = {
       {"f32", LAMP_F32},   {"fp32", LAMP_F32}, {"float32", LAMP_F32}, {"f16", LAMP_F16},
@@ -37,5 +26,3 @@ int lamp_dtype_parse(const char *name, lamp_dtype *out) {
   }
   return -1;
 }
-
-int lamp_dtype_is_float(lamp_dtype dtype) { return dtype == LAMP_F32 || dtype == LAMP_F16 || dtype == LAMP_BF16; }

@@ -25,7 +25,7 @@ lamp_status lamp_grad_buckets_init(lamp_grad_buckets *b, const lamp_model *model
   b->device = device;
   b->compress = compress;
   b->world = lamp_comm_size(comm);
-  if (compress != LAMP_F32 && compress != LAMP_F16 && compress != LAMP_BF16)
+  if (!lamp_dtype_is_float(compress))
     return lamp_error(LAMP_ERR_INVALID_ARG, "Trainer: compress must be f16 or bf16 (or none), got %s",
                       lamp_dtype_name(compress));
   if (compress != LAMP_F32 && b->world > 1 && !lamp_comm_supports(comm, "all_gather"))

@@ -47,7 +47,7 @@ static lamp_status check_policy(const lamp_trainer *t) {
   const uint32_t dtypes[4] = {p->weight_dtype, p->compute_dtype, p->activation_dtype, p->grad_dtype};
   const char *roles[4] = {"weight", "compute", "activation", "gradient"};
   for (int i = 0; i < 4; i++)
-    if (dtypes[i] >= LAMP_DTYPE_COUNT || !lamp_dtype_is_float((lamp_dtype)dtypes[i]))
+    if (!lamp_dtype_is_float((lamp_dtype)dtypes[i]))
       return lamp_error(LAMP_ERR_UNSUPPORTED, "%s: policy's %s dtype %s is not f32, f16 or bf16", name, roles[i],
                         lamp_dtype_name((lamp_dtype)dtypes[i]));
   if (p->accum_dtype != LAMP_F32)

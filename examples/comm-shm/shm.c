@@ -60,7 +60,7 @@ static const lamp_param shm_params[P_COUNT] = {
     [P_CHUNK_KB] = {"chunk_kb", 1024.0, 4.0, 65536.0, "KiB each rank stages per step of a collective"},
 };
 
-/* {====================================================== the segment */
+/* ---- the segment ----------------------------------------------------------------------------- */
 
 typedef struct rank_line {
   _Alignas(LINE) atomic_ullong entered; /* barriers this rank has entered */
@@ -80,8 +80,6 @@ static size_t areas_offset(int size) {
 }
 
 static size_t segment_bytes(int size, size_t chunk) { return areas_offset(size) + 2 * (size_t)size * chunk; }
-
-/* }====================================================== */
 
 typedef struct shm_comm {
   const lamp_host *host;
@@ -104,7 +102,7 @@ static double now_seconds(void) {
   return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
 }
 
-/* {====================================================== waiting */
+/* ---- waiting --------------------------------------------------------------------------------- */
 
 /* "rank 1" or "ranks 1, 3" (those whose counter is below `target`) into out. */
 static void missing_ranks(const shm_comm *c, uint64_t target, char *out, size_t size) {
@@ -173,9 +171,7 @@ static lamp_status barrier(shm_comm *c, const char *op) {
   }
 }
 
-/* }====================================================== */
-
-/* {====================================================== arguments */
+/* ---- arguments ------------------------------------------------------------------------------- */
 
 static size_t dtype_size(lamp_dtype dtype) {
   switch (dtype) {
@@ -186,11 +182,6 @@ static size_t dtype_size(lamp_dtype dtype) {
   case LAMP_U8: return 1;
   default: return 0;
   }
-}
-
-static const char *dtype_name(lamp_dtype dtype) {
-  static const char *const names[] = {"f32", "f16", "bf16", "i32", "u8"};
-  return (unsigned)dtype < sizeof names / sizeof names[0] ? names[dtype] : "an unknown dtype";
 }
 
 /* Begins a collective: the communicator works, the buffer is host memory of a known dtype. */
@@ -209,9 +200,7 @@ static lamp_status begin(shm_comm *c, const char *op, const void *buf, size_t co
   return LAMP_OK;
 }
 
-/* }====================================================== */
-
-/* {====================================================== collectives */
+/* ---- collectives ----------------------------------------------------------------------------- */
 
 /* Rank r's staging area in the set of chunk number `chunk`. */
 static unsigned char *area(const shm_comm *c, uint64_t chunk, int r) {
@@ -252,7 +241,7 @@ static lamp_status shm_all_reduce(void *comm, void *buf, size_t count, lamp_dtyp
   if (dtype != LAMP_F32 && dtype != LAMP_I32)
     return c->host->set_error(c->ctx, LAMP_ERR_UNSUPPORTED,
                               "all_reduce: %s is not supported (f32 and i32 are; reduce 16-bit values in f32)",
-                              dtype_name(dtype));
+                              lamp_dtype_name(dtype));
   if (op != LAMP_REDUCE_SUM && op != LAMP_REDUCE_MAX && op != LAMP_REDUCE_MIN)
     return c->host->set_error(c->ctx, LAMP_ERR_INVALID_ARG, "all_reduce: unknown reduce op %d", (int)op);
   const size_t esize = dtype_size(dtype), per_chunk = c->chunk / esize;
@@ -316,9 +305,7 @@ static lamp_status shm_barrier(void *comm) {
 static int shm_rank(void *comm) { return ((const shm_comm *)comm)->rank; }
 static int shm_size(void *comm) { return ((const shm_comm *)comm)->size; }
 
-/* }====================================================== */
-
-/* {====================================================== joining and leaving */
+/* ---- joining and leaving --------------------------------------------------------------------- */
 
 static int shm_probe(const lamp_host *host, char *reason, size_t reason_size) {
   (void)host;
@@ -484,8 +471,6 @@ static lamp_status shm_create(const lamp_host *host, lamp_ctx *ctx, const double
                          "shm needs the core's bootstrap (plugin ABI 1.3 or later); this core is ABI %u.%u",
                          (unsigned)host->abi_major, (unsigned)host->abi_minor);
 }
-
-/* }====================================================== */
 
 static const lamp_comm_v1 shm_comm_table = {
     .hdr = {LAMP_PLUGIN_HEADER(LAMP_KIND_COMM, lamp_comm_v1, "shm", "1.0",

@@ -127,7 +127,7 @@ static lamp_status mpi_failed(mpi_comm *m, const char *op, int code) {
                             (long long)m->seq, mpi_error_text(code, text, sizeof text));
 }
 
-/* {====================================================== probe, create, destroy */
+/* ---- probe, create, destroy ------------------------------------------------------------------ */
 
 static int mpi_probe(const lamp_host *h, char *reason, size_t reason_size) {
   static const char *const vars[] = {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_RANK"};
@@ -258,9 +258,7 @@ static int mpi_rank(void *comm) { return ((mpi_comm *)comm)->rank; }
 
 static int mpi_size(void *comm) { return ((mpi_comm *)comm)->size; }
 
-/* }====================================================== */
-
-/* {====================================================== failure reports */
+/* ---- failure reports ------------------------------------------------------------------------- */
 
 /* What a heartbeat says: the sender is stuck in (or gave up on) collective #seq. */
 typedef struct heartbeat {
@@ -384,9 +382,7 @@ static lamp_status fail_collective(mpi_comm *m, const char *op, const char *why,
   return m->host->set_error(m->ctx, LAMP_ERR_REMOTE, "rank %d: %s", m->rank, m->broken_why);
 }
 
-/* }====================================================== */
-
-/* {====================================================== the polling loop */
+/* ---- the polling loop ------------------------------------------------------------------------ */
 
 /*
 ** Waits for `req` (collective #seq, `op`) until it completes, the deadline passes, the run
@@ -460,9 +456,7 @@ static lamp_status poll_request(mpi_comm *m, MPI_Request *req, const char *op) {
   }
 }
 
-/* }====================================================== */
-
-/* {====================================================== argument checks */
+/* ---- argument checks ------------------------------------------------------------------------- */
 
 static lamp_status check_usable(mpi_comm *m, const char *op) {
   if (!m->broken) return LAMP_OK;
@@ -479,17 +473,6 @@ static MPI_Datatype datatype_of(lamp_dtype dtype) {
   case LAMP_BF16: return MPI_UINT16_T; /* moved, never reduced */
   case LAMP_U8: return MPI_UINT8_T;
   default: return MPI_DATATYPE_NULL;
-  }
-}
-
-static const char *dtype_name(lamp_dtype dtype) {
-  switch (dtype) {
-  case LAMP_F32: return "f32";
-  case LAMP_F16: return "f16";
-  case LAMP_BF16: return "bf16";
-  case LAMP_I32: return "i32";
-  case LAMP_U8: return "u8";
-  default: return "?";
   }
 }
 
@@ -533,12 +516,10 @@ static lamp_status check_reduction(mpi_comm *m, const char *op, lamp_dtype dtype
   return m->host->set_error(m->ctx, LAMP_ERR_UNSUPPORTED,
                             "%s: %s reductions are not supported (f32 and i32 only; reduce 16-bit "
                             "values in an f32 buffer)",
-                            op, dtype_name(dtype));
+                            op, lamp_dtype_name(dtype));
 }
 
-/* }====================================================== */
-
-/* {====================================================== cuda buffers, through host memory */
+/* ---- cuda buffers, through host memory ------------------------------------------------------- */
 
 static size_t dtype_bytes(lamp_dtype dtype) {
   return dtype == LAMP_U8 ? 1u : (dtype == LAMP_F16 || dtype == LAMP_BF16) ? 2u : 4u;
@@ -629,9 +610,7 @@ static lamp_status run_started(mpi_comm *m, const char *op, int rc, MPI_Request 
   return poll_request(m, req, op);
 }
 
-/* }====================================================== */
-
-/* {====================================================== collectives */
+/* ---- collectives ----------------------------------------------------------------------------- */
 
 static lamp_status mpi_all_reduce_start(void *comm, void *buf, size_t count, lamp_dtype dtype,
                                         lamp_reduce_op op, lamp_device device,
@@ -799,8 +778,6 @@ static lamp_status mpi_reduce_scatter(void *comm, const void *sendbuf, void *rec
                    MPI_Ireduce_scatter_block(send, recv, (int)count, datatype_of(dtype), mop, m->comm, &req), &req);
   return stage_out(m, "reduce_scatter", device, recvbuf, recv, bytes, st);
 }
-
-/* }====================================================== */
 
 static const lamp_comm_v1 mpi_table = {
     .hdr = {LAMP_PLUGIN_HEADER(LAMP_KIND_COMM, lamp_comm_v1, "mpi", "1.0",

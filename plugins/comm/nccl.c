@@ -49,7 +49,7 @@ static const lamp_param nccl_params[] = {
      "$LAMP_COMM_TIMEOUT, else 300)"},
 };
 
-/* {====================================================== probe */
+/* ---- probe ----------------------------------------------------------------------------------- */
 
 static const char *launcher(char *value, size_t size) {
   for (size_t i = 0; i < sizeof launcher_vars / sizeof launcher_vars[0]; i++) {
@@ -115,9 +115,7 @@ static int nccl_probe(const lamp_host *h, char *reason, size_t size) {
   return SCORE_LAUNCHED;
 }
 
-/* }====================================================== */
-
-/* {====================================================== create, destroy */
+/* ---- create, destroy ------------------------------------------------------------------------- */
 
 /* option > LAMP_COMM_TIMEOUT > 300, as mpi resolves it. */
 static lamp_status resolve_timeout(nccl_comm *m, double option) {
@@ -267,14 +265,7 @@ static int nccl_rank(void *comm) { return ((nccl_comm *)comm)->rank; }
 
 static int nccl_size(void *comm) { return ((nccl_comm *)comm)->size; }
 
-/* }====================================================== */
-
-/* {====================================================== argument checks */
-
-static const char *dtype_name(lamp_dtype dtype) {
-  static const char *const names[] = {"f32", "f16", "bf16", "i32", "u8"};
-  return (unsigned)dtype < LAMP_DTYPE_COUNT ? names[dtype] : "?";
-}
+/* ---- argument checks ------------------------------------------------------------------------- */
 
 static lamp_status check_buffer(nccl_comm *m, const char *op, const void *buf, size_t count, lamp_dtype dtype,
                                 lamp_device device) {
@@ -285,7 +276,7 @@ static lamp_status check_buffer(nccl_comm *m, const char *op, const void *buf, s
     return m->host->set_error(m->ctx, LAMP_ERR_INVALID_ARG, "%s: unknown device %d", op, (int)device);
   if (buf == NULL && count > 0)
     return m->host->set_error(m->ctx, LAMP_ERR_INVALID_ARG, "%s: NULL buffer for %zu %s elements", op, count,
-                              dtype_name(dtype));
+                              lamp_dtype_name(dtype));
   return LAMP_OK;
 }
 
@@ -294,9 +285,7 @@ static lamp_status check_reduce_op(nccl_comm *m, const char *op, lamp_reduce_op 
   return m->host->set_error(m->ctx, LAMP_ERR_INVALID_ARG, "%s: unknown reduce op %d", op, (int)reduce);
 }
 
-/* }====================================================== */
-
-/* {====================================================== collectives on device buffers */
+/* ---- collectives on device buffers ----------------------------------------------------------- */
 
 typedef enum { CALL_ALL_REDUCE, CALL_BROADCAST, CALL_ALL_GATHER } call_kind;
 
@@ -352,9 +341,7 @@ static lamp_status run_blocking(nccl_comm *m, const call *c) {
   return st == LAMP_OK ? nccl_op_wait(m, op) : st;
 }
 
-/* }====================================================== */
-
-/* {====================================================== the collectives */
+/* ---- the collectives ------------------------------------------------------------------------- */
 
 static lamp_status nccl_all_reduce(void *comm, void *buf, size_t count, lamp_dtype dtype, lamp_reduce_op op,
                                    lamp_device device) {
@@ -448,8 +435,6 @@ static lamp_status nccl_poll(void *comm) {
   nccl_comm *m = comm;
   return atomic_load(&m->broken) ? nccl_broken_error(m) : LAMP_OK;
 }
-
-/* }====================================================== */
 
 static const lamp_comm_v1 nccl_table = {
     .hdr = {LAMP_PLUGIN_HEADER(LAMP_KIND_COMM, lamp_comm_v1, "nccl", "1.0",

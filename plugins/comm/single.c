@@ -52,7 +52,7 @@ static int single_size(void *comm) {
   return 1;
 }
 
-/* {====================================================== argument checks */
+/* ---- argument checks ------------------------------------------------------------------------- */
 
 static size_t dtype_size(lamp_dtype dtype) {
   switch (dtype) {
@@ -84,8 +84,6 @@ static lamp_status check_op(single *s, const char *op, lamp_reduce_op reduce) {
   return s->host->set_error(s->ctx, LAMP_ERR_INVALID_ARG, "%s: unknown reduce op %d", op,
                             (int)reduce);
 }
-
-/* }====================================================== */
 
 static lamp_status single_all_reduce(void *comm, void *buf, size_t count, lamp_dtype dtype,
                                      lamp_reduce_op op, lamp_device device) {

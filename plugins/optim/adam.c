@@ -70,7 +70,7 @@ static int adam_probe(const lamp_host *h, char *reason, size_t reason_size) {
   return 1;
 }
 
-/* {====================================================== configuration */
+/* ---- configuration --------------------------------------------------------------------------- */
 
 static lamp_status check_config(const lamp_host *h, lamp_ctx *ctx, const double *p) {
   static const int betas[] = {P_BETA1, P_BETA2};
@@ -135,9 +135,7 @@ static lamp_status adam_slots(void *opt, lamp_optim_slot *out, uint32_t max, uin
   return LAMP_OK;
 }
 
-/* }====================================================== */
-
-/* {====================================================== the step */
+/* ---- the step -------------------------------------------------------------------------------- */
 
 #define INLINE static inline __attribute__((always_inline))
 
@@ -228,8 +226,6 @@ static lamp_status adam_step(void *opt, const lamp_optim_step *st) {
   }
   return LAMP_OK;
 }
-
-/* }====================================================== */
 
 static const lamp_optim_v1 adam_optim = {
     .hdr = {LAMP_PLUGIN_HEADER(LAMP_KIND_OPTIM, lamp_optim_v1, NAME, "1.0", DESCRIPTION),

@@ -46,7 +46,7 @@ static int sgd_probe(const lamp_host *h, char *reason, size_t reason_size) {
   return 1;
 }
 
-/* {====================================================== configuration */
+/* ---- configuration --------------------------------------------------------------------------- */
 
 static lamp_status check_config(const lamp_host *h, lamp_ctx *ctx, const double *p) {
   if (p[P_MOMENTUM] >= 1.0)
@@ -99,9 +99,7 @@ static lamp_status sgd_slots(void *opt, lamp_optim_slot *out, uint32_t max, uint
   return LAMP_OK;
 }
 
-/* }====================================================== */
-
-/* {====================================================== the step */
+/* ---- the step -------------------------------------------------------------------------------- */
 
 #define INLINE static inline __attribute__((always_inline))
 
@@ -186,8 +184,6 @@ static lamp_status sgd_step(void *opt, const lamp_optim_step *st) {
   }
   return LAMP_OK;
 }
-
-/* }====================================================== */
 
 static const lamp_optim_v1 sgd_optim = {
     .hdr = {LAMP_PLUGIN_HEADER(LAMP_KIND_OPTIM, lamp_optim_v1, "sgd", "1.0",

@@ -111,7 +111,7 @@ static lamp_status broadcast(void *comm, void *buf, size_t count, lamp_dtype dty
 
 static lamp_status barrier(void *comm) { return broken(comm); }
 
-/* {====================================================== on the device's worker */
+/* ---- on the device's worker ------------------------------------------------------------------ */
 
 static void run_reduce(void *arg) {
   lamp_request *r = arg;
@@ -133,8 +133,6 @@ static void run_wait(void *arg) {
   free(r);
   atomic_fetch_sub(&c->in_flight, 1);
 }
-
-/* }====================================================== */
 
 static lamp_status launch(stream_comm *c, const lamp_sim_stream *s, void (*fn)(void *), lamp_request *r) {
   atomic_fetch_add(&c->in_flight, 1);

@@ -42,9 +42,7 @@ static void run_bitwise(check_run *run, check_line *line, check_case *c) {
   check_case_free(c);
 }
 
-/* {======================================================
-** convert, fill
-** ======================================================= */
+/* ---- convert, fill --------------------------------------------------------------------------- */
 
 typedef struct conv_args {
   lamp_dtype dst, src;
@@ -100,11 +98,7 @@ static void check_fill(check_run *run) {
   }
 }
 
-/* }====================================================== */
-
-/* {======================================================
-** add_bias_rows, relu forward and backward
-** ======================================================= */
+/* ---- add_bias_rows, relu forward and backward ------------------------------------------------ */
 
 typedef struct rows_args {
   lamp_dtype y, x;
@@ -179,12 +173,8 @@ static void check_relu(check_run *run, int backward) {
   }
 }
 
-/* }====================================================== */
-
-/* {======================================================
-** The fp32 vector updates: unscale_and_check, round_through, accumulate_rounded, round_stochastic,
-** scale, axpy
-** ======================================================= */
+/* ---- the fp32 vector updates ----------------------------------------------------------------- */
+/* unscale_and_check, round_through, accumulate_rounded, round_stochastic, scale, axpy */
 
 typedef struct vec_args {
   size_t n;
@@ -311,11 +301,7 @@ static void check_scale_axpy(check_run *run, int axpy) {
   check_line_end(run, &line);
 }
 
-/* }====================================================== */
-
-/* {======================================================
-** add_into, add (+ relu), apply_mask
-** ======================================================= */
+/* ---- add_into, add (+ relu), apply_mask ------------------------------------------------------ */
 
 typedef struct add_args {
   lamp_dtype y, a, b;
@@ -407,8 +393,6 @@ static void check_mask(check_run *run) {
     check_line_end(run, &line);
   }
 }
-
-/* }====================================================== */
 
 void check_elementwise(check_run *run) {
   if (check_selected(run, "convert")) check_convert(run);

@@ -13,9 +13,7 @@
 #include "tensor/half.h"
 #include "tensor/memory.h"
 
-/* {======================================================
-** The run
-** ======================================================= */
+/* ---- the run --------------------------------------------------------------------------------- */
 
 int check_selected(const check_run *run, const char *op) {
   if (run->only == NULL) return 1;
@@ -38,11 +36,7 @@ float check_wide(check_run *run, int spread) {
   return (float)((lamp_rng_below(&run->rng, 2) ? -m : m) * ldexp(1.0, (int)e));
 }
 
-/* }====================================================== */
-
-/* {======================================================
-** Host arrays
-** ======================================================= */
+/* ---- host arrays ----------------------------------------------------------------------------- */
 
 check_elem check_elem_of(lamp_dtype dtype) {
   return dtype == LAMP_F16 ? ELEM_F16 : dtype == LAMP_BF16 ? ELEM_BF16 : ELEM_F32;
@@ -117,11 +111,7 @@ double check_ulp(lamp_dtype dtype, double v) {
   return ldexp(1.0, exp - mant);
 }
 
-/* }====================================================== */
-
-/* {======================================================
-** Cases
-** ======================================================= */
+/* ---- cases ----------------------------------------------------------------------------------- */
 
 int check_operand_add(check_case *c, check_elem elem, size_t n, int role, const void *init) {
   if (c->n == CHECK_MAX_OPERANDS) {
@@ -278,11 +268,7 @@ void check_case_free(check_case *c) {
   c->n = 0;
 }
 
-/* }====================================================== */
-
-/* {======================================================
-** Lines and comparisons
-** ======================================================= */
+/* ---- lines and comparisons ------------------------------------------------------------------- */
 
 void check_line_begin(check_line *l, int bitwise, const char *fmt, ...) {
   memset(l, 0, sizeof *l);
@@ -362,5 +348,3 @@ void check_line_end(check_run *run, check_line *l) {
   run->lines++;
   if (l->failed) run->failures++;
 }
-
-/* }====================================================== */

@@ -27,9 +27,7 @@ static const lamp_dtype pool_pairs[][2] = {
 
 static const lamp_dtype dtypes[] = {LAMP_F32, LAMP_F16, LAMP_BF16};
 
-/* {======================================================
-** Pooling
-** ======================================================= */
+/* ---- pooling --------------------------------------------------------------------------------- */
 
 typedef struct pool_shape {
   size_t planes, h, w, kh, kw, sh, sw, ph, pw, dh, dw;
@@ -133,11 +131,7 @@ static void check_pool(check_run *run, const char *op, int max, int backward) {
   }
 }
 
-/* }====================================================== */
-
-/* {======================================================
-** BatchNorm
-** ======================================================= */
+/* ---- BatchNorm ------------------------------------------------------------------------------- */
 
 /* --full adds 65536 rows (2048 blocks of the rows kernel) and long rows with a tail */
 static const size_t bn_shapes[][3] = {{2, 3, 5}, {4, 8, 49}, {3, 4, 1037}, {1, 2, 2}, {32, 64, 784}, {512, 128, 49},
@@ -249,8 +243,6 @@ static void check_batchnorm(check_run *run, int backward) {
         check_line_end(run, &line);
       }
 }
-
-/* }====================================================== */
 
 void check_layers(check_run *run) {
   if (check_selected(run, "maxpool_forward")) check_pool(run, "maxpool_forward", 1, 0);

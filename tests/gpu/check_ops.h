@@ -19,9 +19,7 @@
 #include "backend/backend.h"
 #include "tensor/rng.h"
 
-/* {======================================================
-** The run
-** ======================================================= */
+/* ---- the run --------------------------------------------------------------------------------- */
 
 typedef struct check_run {
   lamp_device device;
@@ -44,11 +42,8 @@ float check_uniform(check_run *run);
 /* A random value of magnitude about 2^[-spread, spread], either sign. */
 float check_wide(check_run *run, int spread);
 
-/* }====================================================== */
-
-/* {======================================================
-** Host arrays of f32, f16, bf16 (lamp_dtype) and of the other element types results come in
-** ======================================================= */
+/* ---- host arrays ----------------------------------------------------------------------------- */
+/* Of f32, f16, bf16 (lamp_dtype) and of the other element types results come in. */
 
 typedef enum check_elem { ELEM_F32, ELEM_F16, ELEM_BF16, ELEM_I32, ELEM_F64, ELEM_SIZE, ELEM_U8 } check_elem;
 
@@ -72,11 +67,7 @@ void *check_random(check_run *run, lamp_dtype dtype, size_t n, int special, int 
 /* One unit in the last place of dtype at magnitude |v| (subnormal spacing below the normals). */
 double check_ulp(lamp_dtype dtype, double v);
 
-/* }====================================================== */
-
-/* {======================================================
-** Cases
-** ======================================================= */
+/* ---- cases ----------------------------------------------------------------------------------- */
 
 enum { ROLE_IN, ROLE_OUT, ROLE_INOUT };
 #define CHECK_MAX_OPERANDS 7
@@ -112,11 +103,8 @@ int check_case_run(check_run *run, check_case *c);
 /* Frees the results. */
 void check_case_free(check_case *c);
 
-/* }====================================================== */
-
-/* {======================================================
-** One report line: the cases of one operation and dtype combination over several shapes
-** ======================================================= */
+/* ---- one report line ------------------------------------------------------------------------- */
+/* The cases of one operation and dtype combination over several shapes. */
 
 typedef struct check_line {
   char op[64];
@@ -145,8 +133,6 @@ void check_against(check_line *l, check_elem elem, const void *dev, const double
 
 /* Prints the line (and counts a failure). */
 void check_line_end(check_run *run, check_line *l);
-
-/* }====================================================== */
 
 /* The operations: check_gemm.c, check_elementwise.c, check_reduce.c, check_layers.c (pooling and
    BatchNorm), check_conv.c. */

@@ -26,9 +26,7 @@ static const size_t row_shapes[][2] = {{1, 1}, {3, 10}, {128, 10}, {33, 1000}, {
 #define SMALL_ROW_SHAPES 5
 #define ROW_SHAPES(run) ((run)->full ? sizeof row_shapes / sizeof *row_shapes : SMALL_ROW_SHAPES)
 
-/* {======================================================
-** sum_rows
-** ======================================================= */
+/* ---- sum_rows -------------------------------------------------------------------------------- */
 
 typedef struct sum_rows_args {
   lamp_dtype dt;
@@ -80,11 +78,7 @@ static void check_sum_rows(check_run *run) {
     }
 }
 
-/* }====================================================== */
-
-/* {======================================================
-** sum_squares
-** ======================================================= */
+/* ---- sum_squares ----------------------------------------------------------------------------- */
 
 typedef struct squares_args {
   size_t n;
@@ -124,11 +118,7 @@ static void check_sum_squares(check_run *run) {
   check_line_end(run, &line);
 }
 
-/* }====================================================== */
-
-/* {======================================================
-** cross_entropy
-** ======================================================= */
+/* ---- cross_entropy --------------------------------------------------------------------------- */
 
 typedef struct ce_args {
   lamp_dtype lt, dt;
@@ -211,11 +201,7 @@ static void check_cross_entropy(check_run *run) {
     }
 }
 
-/* }====================================================== */
-
-/* {======================================================
-** argmax_rows
-** ======================================================= */
+/* ---- argmax_rows ----------------------------------------------------------------------------- */
 
 typedef struct argmax_args {
   lamp_dtype dt;
@@ -254,8 +240,6 @@ static void check_argmax(check_run *run) {
     check_line_end(run, &line);
   }
 }
-
-/* }====================================================== */
 
 void check_reductions(check_run *run) {
   if (check_selected(run, "sum_rows")) check_sum_rows(run);

@@ -52,7 +52,7 @@ if unsafe=$(shared_above "$work"); then
   export LAMP_PLUGIN_UNSAFE_PATHS=1
 fi
 
-# {================================================================ install, then move
+# ---- install, then move --------------------------------------------------------------------------
 
 out=$(cmake --install "$build" --prefix "$work/installed" 2>&1); r=$?
 check "cmake --install into a temporary prefix succeeds" $r
@@ -73,9 +73,7 @@ out=$("$lamp" plugins 2>&1); check "the moved lamp lists its plugins" $?
 contains "the moved lamp finds sgd in its own prefix" "$out" "$prefix/lib/lamp/plugins/optim/sgd.so"
 [[ "$out" != *"$build/plugins"* ]]; check "the moved lamp uses none of the build's plugins (got: $out)" $?
 
-# }================================================================
-
-# {================================================================ build every example twice
+# ---- build every example twice -------------------------------------------------------------------
 
 export PKG_CONFIG_PATH=$prefix/lib/pkgconfig
 unset CMAKE_PREFIX_PATH LAMP_PLUGIN_PATH LAMP_PLUGIN_DIR CPATH C_INCLUDE_PATH
@@ -125,9 +123,7 @@ for ex in "${examples[@]}"; do
   done
 done
 
-# }================================================================
-
-# {================================================================ train with each
+# ---- train with each -----------------------------------------------------------------------------
 
 mlp=$prefix/share/lamp/fmnist_mlp.lua
 short=(--limit=6000 --hidden=128)
@@ -177,8 +173,6 @@ if [[ -e "$prefix/lib/lamp/plugins/comm/mpi.so" ]] && command -v mpirun >/dev/nu
 else
   echo "SKIPPED: the two-rank shm runs (no mpi plugin or no mpirun)"
 fi
-
-# }================================================================
 
 echo "install kit: $passed passed, $failed failed"
 [[ $failed -eq 0 ]]

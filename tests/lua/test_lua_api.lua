@@ -71,6 +71,14 @@ end, "Trainer: 'precision' is required (e.g. lamp.precision('fp32'))")
 expect_error(function() lamp.Trainer(with { accum = 0 }) end, "Trainer: 'accum' must be an integer in [1, 65536], got 0")
 expect_error(function() lamp.Trainer(with { compress = "int8" }) end,
   'Trainer: compress must be "none", "bf16" or "fp16", got int8')
+expect_error(function() lamp.Trainer(with { compress = "i32" }) end,
+  'Trainer: compress must be "none", "bf16" or "fp16", got i32')
+expect_error(function() lamp.Trainer(with { compress = true }) end,
+  'Trainer: compress must be "none", "bf16" or "fp16", got boolean')
+-- the other spellings of the float dtypes (lamp_dtype_parse's) are taken; "f32" is "none"
+for _, spelling in ipairs { "none", "fp16", "f16", "float16", "bf16", "bfloat16", "f32" } do
+  lamp.Trainer(with { compress = spelling }):close()
+end
 expect_error(function() lamp.Trainer(with { schedule = "linear" }) end, "Trainer: unknown schedule 'linear'; valid schedules: constant, cosine, step")
 expect_error(function() lamp.lr.cosine { total = 0 } end, "lr.cosine: 'total' (optimizer steps) must be positive, got 0")
 

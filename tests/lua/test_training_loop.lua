@@ -24,7 +24,7 @@ end
 
 local at = lamp.lr.at
 
--- {========================================================= schedules in closed form
+-- ---- schedules in closed form -------------------------------------------------------------------
 
 -- constant: the base lr at every step, as a table or by name.
 for _, step in ipairs { 0, 1, 9, 1000000 } do
@@ -77,9 +77,7 @@ assert(lamp.lr.linear_scaling(0.1, 256, 1024) == 0.4)
 assert(lamp.lr.linear_scaling(0.1, 256, 128) == 0.05)
 near(lamp.lr.linear_scaling(0.05, 128, 32 * 4 * 2), 0.1, "32 per rank x 4 ranks x accum 2")
 
--- }=========================================================
-
--- {========================================================= schedule errors, exactly
+-- ---- schedule errors, exactly -------------------------------------------------------------------
 
 expect_error(function() lamp.lr.warmup_cosine { warmup = 10, total = 10 } end,
   "schedule: warmup (10 steps) must be shorter than total (10)")
@@ -108,9 +106,7 @@ expect_error(function() lamp.lr.linear_scaling(-0.5, 256, 512) end, "lr.linear_s
 expect_error(function() lamp.lr.linear_scaling(0.1, 256, 0) end,
   "lr.linear_scaling: effective batch must be > 0, got 0")
 
--- }=========================================================
-
--- {========================================================= param_groups
+-- ---- param_groups -------------------------------------------------------------------------------
 
 local precision, comm = lamp.precision("fp32"), lamp.comm("single")
 
@@ -203,9 +199,7 @@ expect_error(function() trainer_with { schedule = { kind = "cosine", total = 5, 
   "schedule: warmup (5 steps) must be shorter than total (5)")
 collectgarbage() -- the trainers made before those errors were raised
 
--- }=========================================================
-
--- {========================================================= a short run on real data
+-- ---- a short run on real data -------------------------------------------------------------------
 
 local data = lamp.data.idx("fashion-mnist", "train"):subset(1, 500)
 local loader = lamp.data.loader(data, { batch = 25, shuffle = true, seed = 3 })
@@ -241,7 +235,5 @@ do
   assert(after.loss == before.loss and after.accuracy == before.accuracy,
     string.format("a model at lr_mult 0 moved: loss %.17g -> %.17g", before.loss, after.loss))
 end
-
--- }=========================================================
 
 print("ok")

@@ -66,7 +66,7 @@ static int aborts, destroys, finalizes, collectives;
 
 static void progress(void);
 
-/* {====================================================== controls */
+/* ---- controls -------------------------------------------------------------------------------- */
 
 EXPORT void fake_set_gpus(int n) { gpus = n; }
 EXPORT void fake_set_hang(int on) { hang = on; }
@@ -96,9 +96,7 @@ EXPORT void fake_reset(void) {
   aborts = destroys = finalizes = collectives = 0;
 }
 
-/* }====================================================== */
-
-/* {====================================================== the streams */
+/* ---- the streams ----------------------------------------------------------------------------- */
 
 static struct CUstream_st *stream_of(cudaStream_t s) { return s != NULL ? s : &default_stream; }
 
@@ -167,9 +165,7 @@ static cudaError_t enqueue(cudaStream_t stream, const item *it) {
   return cudaSuccess;
 }
 
-/* }====================================================== */
-
-/* {====================================================== the CUDA runtime */
+/* ---- the CUDA runtime ------------------------------------------------------------------------ */
 
 EXPORT const char *cudaGetErrorString(cudaError_t e) { return e == cudaSuccess ? "no error" : "fake CUDA error"; }
 EXPORT const char *cudaGetErrorName(cudaError_t e) { return e == cudaSuccess ? "cudaSuccess" : "cudaErrorFake"; }
@@ -257,9 +253,7 @@ EXPORT cudaError_t cudaFree(void *p) {
 
 EXPORT cudaError_t cudaFreeHost(void *p) { return cudaFree(p); }
 
-/* }====================================================== */
-
-/* {====================================================== NCCL */
+/* ---- NCCL ------------------------------------------------------------------------------------ */
 
 EXPORT ncclResult_t ncclGetVersion(int *v) {
   *v = NCCL_VERSION_CODE;
@@ -350,5 +344,3 @@ EXPORT ncclResult_t ncclAllGather(const void *send, void *recv, size_t count, nc
                                   cudaStream_t stream) {
   return collective(2, send, recv, count, type, ncclSum, comm, stream);
 }
-
-/* }====================================================== */

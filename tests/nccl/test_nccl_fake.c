@@ -82,7 +82,7 @@ static double now(void) {
   return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
-/* {====================================================== a bootstrap of one process */
+/* ---- a bootstrap of one process -------------------------------------------------------------- */
 
 typedef struct solo {
   int32_t peer_status;  /* what the other ranks contribute to the all-gather */
@@ -114,8 +114,6 @@ static lamp_status open_comm(solo *s, int rank, int size, int local, double time
   lamp_bootstrap b = {sizeof b, rank, size, 0, local, s, solo_broadcast, solo_all_gather, solo_barrier};
   return t->create_with_bootstrap(lamp_host_get(), ctx, &timeout, &b, comm);
 }
-
-/* }====================================================== */
 
 static void test_init_polled(void **state) {
   (void)state;

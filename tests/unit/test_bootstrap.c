@@ -42,11 +42,7 @@
 #define BAD(name) LAMP_BAD_PLUGIN_DIR "/" name ".so"
 #define MAX_RANKS 4
 
-/*
-** {======================================================
-** Helpers
-** =======================================================
-*/
+/* ---- helpers --------------------------------------------------------------------------------- */
 
 static void assert_error(lamp_status st, lamp_status code, const char *fmt, ...) {
   char expected[LAMP_ERROR_MAX];
@@ -86,13 +82,7 @@ static void clear_launch_env(void) {
   for (size_t i = 0; i < sizeof vars / sizeof vars[0]; i++) unsetenv(vars[i]);
 }
 
-/* }====================================================== */
-
-/*
-** {======================================================
-** Ranks as threads
-** =======================================================
-*/
+/* ---- ranks as threads ------------------------------------------------------------------------ */
 
 typedef struct rank_job rank_job;
 typedef lamp_status (*rank_body)(rank_job *j, const lamp_bootstrap *b);
@@ -142,13 +132,7 @@ static void run_ranks(rank_job *jobs, int size, unsigned absent, const char *dir
     if (!(absent & (1u << r))) assert_int_equal(pthread_join(threads[r], NULL), 0);
 }
 
-/* }====================================================== */
-
-/*
-** {======================================================
-** The file store
-** =======================================================
-*/
+/* ---- the file store -------------------------------------------------------------------------- */
 
 /* all_gather of 8 bytes per rank, broadcast of 5 bytes from the last rank, a barrier. */
 static lamp_status collectives(rank_job *j, const lamp_bootstrap *b) {
@@ -337,13 +321,7 @@ static void test_folder_checks(void **state) {
                "bootstrap: file store folder " TMP "/none: No such file or directory");
 }
 
-/* }====================================================== */
-
-/*
-** {======================================================
-** Host identities
-** =======================================================
-*/
+/* ---- host identities ------------------------------------------------------------------------- */
 
 static void test_local_ranks(void **state) {
   (void)state;
@@ -364,13 +342,7 @@ static void test_local_ranks(void **state) {
   assert_true(strncmp(mine, name, strlen(name)) == 0 && mine[strlen(name)] == '/');
 }
 
-/* }====================================================== */
-
-/*
-** {======================================================
-** The choice from the environment
-** =======================================================
-*/
+/* ---- the choice from the environment --------------------------------------------------------- */
 
 static void test_single_rank_without_launcher(void **state) {
   (void)state;
@@ -421,13 +393,7 @@ static void test_environment_errors(void **state) {
   clear_launch_env();
 }
 
-/* }====================================================== */
-
-/*
-** {======================================================
-** A communicator created with the bootstrap
-** =======================================================
-*/
+/* ---- a communicator created with the bootstrap ----------------------------------------------- */
 
 static char logged[4096];
 
@@ -616,8 +582,6 @@ static void test_comm_create_names_missing_peer(void **state) {
                                   "(file store " TMP "/forkfail/forked.0)");
   assert_string_equal(results[1], "0 "); /* its create left the exchange out */
 }
-
-/* }====================================================== */
 
 int main(void) {
   const struct CMUnitTest tests[] = {

@@ -48,7 +48,7 @@ static const lamp_host *host_on_cuda(void) {
   return &cuda_host;
 }
 
-/* {====================================================== a fake bootstrap */
+/* ---- a fake bootstrap ------------------------------------------------------------------------ */
 
 typedef struct fake {
   int broadcasts, all_gathers, barriers;
@@ -100,8 +100,6 @@ static lamp_status create_with(const lamp_bootstrap *b, lamp_ctx *ctx, void **co
   double timeout = 300.0;
   return t->create_with_bootstrap(lamp_host_get(), ctx, &timeout, b, comm);
 }
-
-/* }====================================================== */
 
 /* First: the library is opened at most once per process, and this test wants it missing. */
 static void test_probe_without_libnccl(void **state) {

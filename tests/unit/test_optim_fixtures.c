@@ -49,7 +49,7 @@ typedef struct fixture {
   int steps;
 } fixture;
 
-/* {====================================================== reading */
+/* ---- reading --------------------------------------------------------------------------------- */
 
 /* Reads n floats from s into a fresh array. */
 static float *read_values(const char *path, const char *s, size_t n) {
@@ -137,9 +137,7 @@ static void free_fixture(fixture *f) {
   }
 }
 
-/* }====================================================== */
-
-/* {====================================================== replaying */
+/* ---- replaying ------------------------------------------------------------------------------- */
 
 /* The optimizer and the buffers the core would give it. */
 typedef struct replay {
@@ -251,9 +249,7 @@ static void test_fixture_cases_cover_decay_mult(void **state) {
   }
 }
 
-/* }====================================================== */
-
-/* {====================================================== what fixtures cannot reach */
+/* ---- what fixtures cannot reach -------------------------------------------------------------- */
 
 /* torch.optim.Adam / AdamW's formulas one element at a time, with PyTorch's roundings. */
 static void reference_adam(int adamw, float *p, const float *grad, float *m, float *v, float *vmax,
@@ -413,8 +409,6 @@ static void test_adam_step_checks(void **state) {
   assert_int_equal(lamp_optim_apply(o, &step), LAMP_OK);
   lamp_optim_close(o);
 }
-
-/* }====================================================== */
 
 int main(void) {
   unsetenv("LAMP_PLUGIN_PATH");

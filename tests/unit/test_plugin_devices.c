@@ -32,11 +32,7 @@
 #define OK(call) assert_int_equal((call), LAMP_OK)
 #define COUNT(a) (sizeof(a) / sizeof((a)[0]))
 
-/*
-** {======================================================
-** Helpers
-** =======================================================
-*/
+/* ---- helpers --------------------------------------------------------------------------------- */
 
 static void assert_error(lamp_status st, lamp_status code, const char *fmt, ...) {
   char expected[LAMP_ERROR_MAX];
@@ -72,13 +68,7 @@ static int setup(void **state) {
   return lamp_backend_register(LAMP_SIM, &lamp_sim_backend) == LAMP_OK ? 0 : -1;
 }
 
-/* }====================================================== */
-
-/*
-** {======================================================
-** Declared devices
-** =======================================================
-*/
+/* ---- declared devices ------------------------------------------------------------------------ */
 
 static void test_declared_devices(void **state) {
   (void)state;
@@ -194,13 +184,7 @@ static void test_call_on_undeclared_device_is_refused(void **state) {
   lamp_comm_close(c);
 }
 
-/* }====================================================== */
-
-/*
-** {======================================================
-** The host view: CPU plugins on the simulated device
-** =======================================================
-*/
+/* ---- the host view: CPU plugins on the simulated device -------------------------------------- */
 
 static void test_sim_runs_cpu_plugins(void **state) {
   (void)state;
@@ -364,13 +348,7 @@ static void test_sgd_on_sim_matches_cpu(void **state) {
   lamp_optim_close(o);
 }
 
-/* }====================================================== */
-
-/*
-** {======================================================
-** The host table's device services (ABI 1.1)
-** =======================================================
-*/
+/* ---- the host table's device services (ABI 1.1) ---------------------------------------------- */
 
 static void test_host_device_services(void **state) {
   (void)state;
@@ -448,8 +426,6 @@ static void test_host_unscale_and_check(void **state) {
   assert_int_equal(found, 1);
   assert_true(h[0] == 4.0f && h[3] == 1.0f);
 }
-
-/* }====================================================== */
 
 int main(void) {
   const struct CMUnitTest tests[] = {

@@ -28,11 +28,7 @@
 #define BUILT(kind, name) LAMP_PLUGIN_BUILD_DIR "/" kind "/" name ".so"
 #define TMP LAMP_TEST_TMP_DIR "/plugin_loader"
 
-/*
-** {======================================================
-** Helpers
-** =======================================================
-*/
+/* ---- helpers --------------------------------------------------------------------------------- */
 
 static void assert_error(lamp_status st, lamp_status code, const char *fmt, ...) {
   char expected[LAMP_ERROR_MAX];
@@ -129,13 +125,7 @@ static int reset_env(void **state) {
   return 0;
 }
 
-/* }====================================================== */
-
-/*
-** {======================================================
-** Not found, and the search order
-** =======================================================
-*/
+/* ---- not found, and the search order --------------------------------------------------------- */
 
 static void test_not_found_default(void **state) {
   (void)state;
@@ -307,13 +297,7 @@ static void test_bare_name_skips_system_search(void **state) {
   assert_int_equal(access(BARE_MARK, F_OK), -1); /* no constructor ran */
 }
 
-/* }====================================================== */
-
-/*
-** {======================================================
-** Found but failed: each validation step
-** =======================================================
-*/
+/* ---- found but failed: each validation step -------------------------------------------------- */
 
 static void test_not_an_elf_file(void **state) {
   (void)state;
@@ -488,13 +472,7 @@ static void test_abi_1_0_plugin_runs(void **state) {
   lamp_comm_close(c);
 }
 
-/* }====================================================== */
-
-/*
-** {======================================================
-** Permissions
-** =======================================================
-*/
+/* ---- permissions ----------------------------------------------------------------------------- */
 
 static void test_world_writable_file(void **state) {
   (void)state;
@@ -554,13 +532,7 @@ static void test_symlink_into_writable_directory(void **state) {
   assert_int_equal(chmod(TMP "/wwreal", 0755), 0);
 }
 
-/* }====================================================== */
-
-/*
-** {======================================================
-** Caching, the info line, inspect
-** =======================================================
-*/
+/* ---- caching, the info line, inspect --------------------------------------------------------- */
 
 static void test_cache_returns_same_handle(void **state) {
   (void)state;
@@ -624,13 +596,7 @@ static void test_kind_names(void **state) {
                "empty comm plugin name");
 }
 
-/* }====================================================== */
-
-/*
-** {======================================================
-** auto and listing
-** =======================================================
-*/
+/* ---- auto and listing ------------------------------------------------------------------------ */
 
 static void test_auto_picks_single(void **state) {
   (void)state;
@@ -719,8 +685,6 @@ static void test_list_finds_built_plugins(void **state) {
   assert_int_equal(good->status, LAMP_OK);
   free(items);
 }
-
-/* }====================================================== */
 
 #define T(f) cmocka_unit_test_teardown(f, reset_env)
 

@@ -31,11 +31,7 @@
 /* A load that blocks (a FIFO opened for reading) ends the test program instead of hanging. */
 #define NO_HANG_SECONDS 20
 
-/*
-** {======================================================
-** Helpers
-** =======================================================
-*/
+/* ---- helpers --------------------------------------------------------------------------------- */
 
 static void assert_error(lamp_status st, const char *fmt, ...) {
   char expected[LAMP_ERROR_MAX];
@@ -153,13 +149,7 @@ static int reset(void **state) {
   return 0;
 }
 
-/* }====================================================== */
-
-/*
-** {======================================================
-** Every directory above the plugin, not only its own
-** =======================================================
-*/
+/* ---- every directory above the plugin, not only its own -------------------------------------- */
 
 /* The reported attack: a plugin folder that is itself safe, in a parent anyone can write (so
    anyone can rename the folder away and put their own in its place). */
@@ -288,13 +278,7 @@ static void test_safe_modes_load(void **state) {
   assert_int_equal(chmod(TMP "/safe", 0755), 0);
 }
 
-/* }====================================================== */
-
-/*
-** {======================================================
-** Owners: root or the running user
-** =======================================================
-*/
+/* ---- owners: root or the running user -------------------------------------------------------- */
 
 static void test_directory_of_another_user(void **state) {
   (void)state;
@@ -326,13 +310,7 @@ static void test_file_of_another_user(void **state) {
                path, pw->pw_name, me(), me(), path);
 }
 
-/* }====================================================== */
-
-/*
-** {======================================================
-** The override for development, and no code runs before the checks
-** =======================================================
-*/
+/* ---- the override for development, and no code runs before the checks ------------------------ */
 
 static void test_unsafe_override_warns_on_every_load(void **state) {
   (void)state;
@@ -372,13 +350,7 @@ static void test_refused_plugin_runs_no_code(void **state) {
   assert_int_equal(chmod(TMP "/ctorparent", 0755), 0);
 }
 
-/* }====================================================== */
-
-/*
-** {======================================================
-** Not a regular file: refused without opening it
-** =======================================================
-*/
+/* ---- not a regular file: refused without opening it ------------------------------------------ */
 
 static void test_fifo_refused_without_blocking(void **state) {
   (void)state;
@@ -459,8 +431,6 @@ static void test_listing_shows_refusals(void **state) {
   assert_int_equal(item->status, LAMP_OK);
   free(items);
 }
-
-/* }====================================================== */
 
 #define T(f) cmocka_unit_test_teardown(f, reset)
 

@@ -70,11 +70,7 @@ static void check_step(lamp_precision *p, const char *what, size_t step, int ski
              (unsigned long long)skipped, want_skip);
 }
 
-/*
-** {======================================================
-** PyTorch's rules
-** =======================================================
-*/
+/* ---- PyTorch's rules ------------------------------------------------------------------------- */
 
 /*
 ** torch._amp_update_scale_ (aten/src/ATen/native/cpu/AmpGradScalerKernels.cpp, and the CUDA
@@ -207,13 +203,7 @@ static void test_never_grows_to_inf(void **state) {
   }
 }
 
-/* }====================================================== */
-
-/*
-** {======================================================
-** Hysteresis, min_scale, a static scale
-** =======================================================
-*/
+/* ---- hysteresis, min_scale, a static scale --------------------------------------------------- */
 
 /* A sequence and the scale and tracker expected after each step. */
 typedef struct scripted_case {
@@ -347,13 +337,7 @@ static void test_static_scale(void **state) {
   }
 }
 
-/* }====================================================== */
-
-/*
-** {======================================================
-** Options
-** =======================================================
-*/
+/* ---- options --------------------------------------------------------------------------------- */
 
 static void test_option_validation(void **state) {
   (void)state;
@@ -408,13 +392,7 @@ static void test_option_validation(void **state) {
   for (size_t i = 0; i < countof(edges); i++) lamp_precision_close(open_ok("fp16", edges[i], 2));
 }
 
-/* }====================================================== */
-
-/*
-** {======================================================
-** Checkpoint state
-** =======================================================
-*/
+/* ---- checkpoint state ------------------------------------------------------------------------ */
 
 static size_t state_size(lamp_precision *p) {
   size_t size = 0;
@@ -538,8 +516,6 @@ static void test_state_errors(void **state) {
   lamp_precision_close(a);
   lamp_precision_close(b);
 }
-
-/* }====================================================== */
 
 /* bf16 and fp32: scale 1, never a skip, nothing to save. */
 static void test_no_scaler(void **state) {

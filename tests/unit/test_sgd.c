@@ -87,11 +87,7 @@ static run simple(const lamp_option *opts, size_t n_opts) {
   return three_steps(opts, n_opts, whole, 1, 1.0, 1.0f);
 }
 
-/*
-** {======================================================
-** sgd
-** =======================================================
-*/
+/* ---- sgd ------------------------------------------------------------------------------------- */
 
 static void test_plain(void **state) {
   (void)state;
@@ -297,13 +293,7 @@ static void test_step_checks(void **state) {
   lamp_optim_close(o);
 }
 
-/* }====================================================== */
-
-/*
-** {======================================================
-** fp32 and single
-** =======================================================
-*/
+/* ---- fp32 and single ------------------------------------------------------------------------- */
 
 static void test_fp32_policy(void **state) {
   (void)state;
@@ -391,8 +381,6 @@ static void test_single_timeout_option(void **state) {
   assert_int_equal(lamp_comm_open(&c, "single", &minute, 1), LAMP_OK);
   lamp_comm_close(c);
 }
-
-/* }====================================================== */
 
 int main(void) {
   unsetenv("LAMP_PLUGIN_PATH");

@@ -27,9 +27,7 @@
 
 static inline size_t lamp_cpu_min(size_t a, size_t b) { return a < b ? a : b; }
 
-/* {======================================================
-** The operations of the table (see backend.h for their contracts)
-** ======================================================= */
+/* ---- the operations of the table (see backend.h for their contracts) ------------------------- */
 
 lamp_status lamp_cpu_gemm(int trans_a, int trans_b, size_t m, size_t n, size_t k, float alpha, const void *a,
                           lamp_dtype a_dtype, size_t lda, const void *b, lamp_dtype b_dtype, size_t ldb, float beta,
@@ -80,11 +78,7 @@ lamp_status lamp_cpu_batchnorm_backward(const lamp_batchnorm_args *a);
 */
 lamp_status lamp_cpu_add_grad(float *g, const float *v, size_t n, lamp_dtype grad_dtype, int overwrite);
 
-/* }====================================================== */
-
-/* {======================================================
-** Argument checks (checks.c): each returns LAMP_OK or records the error
-** ======================================================= */
+/* ---- argument checks (checks.c): each returns LAMP_OK or records the error ------------------- */
 
 /* "<fn>: dtype i32 not supported for <role> (expected f32, f16 or bf16)"; role may be NULL. */
 lamp_status lamp_cpu_check_float(const char *fn, const char *role, lamp_dtype dtype);
@@ -95,13 +89,11 @@ lamp_status lamp_cpu_check_half(const char *fn, const char *role, lamp_dtype dty
 /* "<fn>: <name> is NULL" when ptr is NULL and the call has elements to touch. */
 lamp_status lamp_cpu_check_data(const char *fn, const char *name, const void *ptr, size_t count);
 
-/* }====================================================== */
-
-/* {======================================================
-** fp32 views of f32/f16/bf16 arrays (fp32_view.c)
+/* ---- fp32 views of f32/f16/bf16 arrays (fp32_view.c) ----------------------------------------- */
+/*
 ** `first` and `n` count elements of the array's own dtype; n <= LAMP_CPU_CHUNK whenever a stage
 ** is involved. For f32 data the views are the data itself and nothing is copied.
-** ======================================================= */
+*/
 
 /* Elements [first, first + n) of src as fp32, read-only: src itself or the widened stage. */
 const float *lamp_cpu_read(float *stage, const void *src, lamp_dtype dtype, size_t first, size_t n);
@@ -137,11 +129,7 @@ static inline void lamp_cpu_argmax_fold(const float *x, size_t n, size_t base, f
   *index = at;
 }
 
-/* }====================================================== */
-
-/* {======================================================
-** Threads and workspaces
-** ======================================================= */
+/* ---- threads and workspaces ------------------------------------------------------------------ */
 
 /*
 ** fn(ctx, worker, task) for every task in [0, n_tasks), on up to lamp_cpu_threads() threads
@@ -184,11 +172,7 @@ void lamp_cpu_workspace_release(void);
 lamp_status lamp_cpu_convert_parallel(void *dst, lamp_dtype dst_dtype, const void *src, lamp_dtype src_dtype,
                                       size_t n);
 
-/* }====================================================== */
-
-/* {======================================================
-** Convolution kernels (im2col.c, conv_direct.c), used by conv2d.c
-** ======================================================= */
+/* ---- convolution kernels (im2col.c, conv_direct.c), used by conv2d.c ------------------------- */
 
 /*
 ** Columns of n_images images for a convolution as one GEMM operand:
@@ -244,13 +228,11 @@ lamp_status lamp_cpu_conv_direct_typed(float *out, size_t ld_out, const void *x,
 lamp_status lamp_cpu_conv_direct_grad_typed(float *acc, const void *x, lamp_dtype x_dtype, const float *dy,
                                             size_t n_out, const lamp_conv_geom *g, float *work, int accumulate);
 
-/* }====================================================== */
-
-/* {======================================================
-** Per-channel kernels (channel.c), used by batchnorm.c and conv2d.c
+/* ---- per-channel kernels (channel.c), used by batchnorm.c and conv2d.c ----------------------- */
+/*
 ** The inputs may be of any float dtype (a 16-bit input is widened exactly, a chunk at a time,
 ** never as a whole fp32 copy); arithmetic is fp32.
-** ======================================================= */
+*/
 
 /*
 ** Per-channel sums over [n, c, hw]: sum_a[k] = sum of (a - a_center[k]) over channel k without b;
@@ -294,8 +276,6 @@ lamp_status lamp_cpu_channel_combine_masked(void *out, lamp_dtype out_dtype, con
                                             const void *b, lamp_dtype b_dtype, const float *p, const float *q,
                                             const float *r, const lamp_relu_mask *mask, size_t n, size_t c,
                                             size_t hw);
-
-/* }====================================================== */
 
 /* The processor's model name and the machine's physical memory (describe.c). */
 lamp_status lamp_cpu_describe(int ordinal, lamp_device_info *out);

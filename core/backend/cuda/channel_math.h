@@ -21,9 +21,7 @@
 #include "backend/backend.h"
 #include "backend/cuda/elementwise_math.h"
 
-/* {======================================================
-** Pooling (core/backend/cpu/pool.c)
-** ======================================================= */
+/* ---- pooling (core/backend/cpu/pool.c) ------------------------------------------------------- */
 
 /* The input rows (or columns) [*lo, *hi) of window o, step dil, clipped to the image. */
 LAMP_EM_FN void lamp_cm_window(size_t o, size_t stride, size_t pad, size_t kernel, size_t dil, size_t size, size_t *lo,
@@ -144,11 +142,7 @@ LAMP_EM_FN float lamp_cm_avgpool_grad_at(const void *dy, lamp_dtype dtype, size_
   return acc;
 }
 
-/* }====================================================== */
-
-/* {======================================================
-** BatchNorm (core/backend/cpu/batchnorm.c, channel.c)
-** ======================================================= */
+/* ---- BatchNorm (core/backend/cpu/batchnorm.c, channel.c) ------------------------------------- */
 
 /* channel.c's lanes (LAMP_CPU_BLOCK): lane l sums elements l, l + 8, ... of a row's whole blocks. */
 #define LAMP_CM_LANES 8
@@ -316,7 +310,5 @@ LAMP_EM_FN void lamp_cm_bn_grad_coefs(int training, float weight, float mean, fl
 LAMP_EM_FN float lamp_cm_bn_combine(float dy, float x, float p, float q, float r, lamp_cm_mask m) {
   return lamp_em_add(lamp_em_add(lamp_em_mul(p, lamp_cm_through(dy, x, m)), lamp_em_mul(q, x)), r);
 }
-
-/* }====================================================== */
 
 #endif

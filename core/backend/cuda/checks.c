@@ -2,33 +2,22 @@
    so a caller sees the same message whichever device refused the call. */
 #include "backend/cuda/kernels.h"
 
-static const char *dtype_name(lamp_dtype dtype) {
-  switch (dtype) {
-  case LAMP_F32: return "f32";
-  case LAMP_F16: return "f16";
-  case LAMP_BF16: return "bf16";
-  case LAMP_I32: return "i32";
-  case LAMP_U8: return "u8";
-  default: return "?";
-  }
-}
-
 size_t lamp_cuda_dtype_size(lamp_dtype dtype) { return dtype == LAMP_F32 ? 4 : 2; }
 
 lamp_status lamp_cuda_check_float(const char *fn, const char *role, lamp_dtype dtype) {
-  if (dtype == LAMP_F32 || dtype == LAMP_F16 || dtype == LAMP_BF16) return LAMP_OK;
+  if (lamp_dtype_is_float(dtype)) return LAMP_OK;
   if (role == NULL) {
     return lamp_cuda_svc->error(LAMP_ERR_UNSUPPORTED, "%s: dtype %s not supported (expected f32, f16 or bf16)",
-                                fn, dtype_name(dtype));
+                                fn, lamp_dtype_name(dtype));
   }
   return lamp_cuda_svc->error(LAMP_ERR_UNSUPPORTED, "%s: dtype %s not supported for %s (expected f32, f16 or bf16)",
-                              fn, dtype_name(dtype), role);
+                              fn, lamp_dtype_name(dtype), role);
 }
 
 lamp_status lamp_cuda_check_half(const char *fn, const char *role, lamp_dtype dtype) {
   if (dtype == LAMP_F16 || dtype == LAMP_BF16) return LAMP_OK;
   return lamp_cuda_svc->error(LAMP_ERR_UNSUPPORTED, "%s: dtype %s not supported for %s (expected f16 or bf16)", fn,
-                              dtype_name(dtype), role);
+                              lamp_dtype_name(dtype), role);
 }
 
 lamp_status lamp_cuda_check_data(const char *fn, const char *name, const void *ptr, size_t count) {

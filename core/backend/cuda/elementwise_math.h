@@ -31,9 +31,7 @@
 #define LAMP_EM_FN static inline
 #endif
 
-/* {======================================================
-** Bits and classification
-** ======================================================= */
+/* ---- bits and classification ----------------------------------------------------------------- */
 
 LAMP_EM_FN uint32_t lamp_em_bits(float x) {
 #ifdef __CUDA_ARCH__
@@ -96,11 +94,7 @@ LAMP_EM_FN double lamp_em_dadd(double a, double b) {
 #endif
 }
 
-/* }====================================================== */
-
-/* {======================================================
-** fp16 and bf16 (core/tensor/half.h's rules)
-** ======================================================= */
+/* ---- fp16 and bf16 (core/tensor/half.h's rules) ---------------------------------------------- */
 
 /* x >> shift (1 <= shift <= 31) rounded to nearest, ties to even. */
 LAMP_EM_FN uint32_t lamp_em_shift_round(uint32_t x, uint32_t shift) {
@@ -167,11 +161,7 @@ LAMP_EM_FN void lamp_em_store(void *p, lamp_dtype dtype, size_t i, float v) {
   else ((float *)p)[i] = v;
 }
 
-/* }====================================================== */
-
-/* {======================================================
-** Elementwise operations
-** ======================================================= */
+/* ---- elementwise operations ------------------------------------------------------------------ */
 
 /* ReLU: v <= 0 (either zero) gives +0, NaN passes (the comparison is false for NaN). */
 LAMP_EM_FN float lamp_em_relu(float v) { return v <= 0.0f ? 0.0f : v; }
@@ -217,11 +207,7 @@ LAMP_EM_FN float lamp_em_column_sum(const void *dy, lamp_dtype dtype, size_t row
   return acc;
 }
 
-/* }====================================================== */
-
-/* {======================================================
-** Arg-max and cross-entropy
-** ======================================================= */
+/* ---- arg-max and cross-entropy --------------------------------------------------------------- */
 
 /*
 ** Whether (v, i) beats the running (best, at) under the CPU's arg-max (lamp_cpu_argmax_fold):
@@ -268,7 +254,5 @@ LAMP_EM_FN float lamp_em_ce_grad(float x, float max, double sum_exp, int is_labe
   float p = (float)((double)lamp_em_softmax_exp(x - max) / sum_exp);
   return lamp_em_mul(p - (is_label ? 1.0f : 0.0f), coef);
 }
-
-/* }====================================================== */
 
 #endif

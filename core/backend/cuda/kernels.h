@@ -24,9 +24,7 @@
 extern "C" {
 #endif
 
-/* {======================================================
-** For the runtime side
-** ======================================================= */
+/* ---- for the runtime side -------------------------------------------------------------------- */
 
 /* LAMP_OK, or the first kernel fault recorded since the last call, reported (through
    lamp_cuda_svc->error) and cleared. Call only when the stream's work up to a point is known
@@ -36,11 +34,7 @@ lamp_status lamp_cuda_kernel_faults(void);
 /* Frees the kernel side's state (cuBLAS handle, fault record); the next use recreates it. */
 void lamp_cuda_kernels_release(void);
 
-/* }====================================================== */
-
-/* {======================================================
-** The slots (backend_impl.h), in kernels.c's order
-** ======================================================= */
+/* ---- the slots (backend_impl.h), in kernels.c's order ---------------------------------------- */
 
 lamp_status lamp_cuda_gemm(int trans_a, int trans_b, size_t m, size_t n, size_t k, float alpha, const void *a,
                            lamp_dtype a_dtype, size_t lda, const void *b, lamp_dtype b_dtype, size_t ldb,
@@ -71,11 +65,7 @@ lamp_status lamp_cuda_add(void *y, lamp_dtype y_dtype, const void *a, lamp_dtype
 lamp_status lamp_cuda_apply_mask(void *y, lamp_dtype y_dtype, const void *x, lamp_dtype x_dtype,
                                  const uint8_t *mask, float scale, size_t n);
 
-/* }====================================================== */
-
-/* {======================================================
-** Shared by the kernel side
-** ======================================================= */
+/* ---- shared by the kernel side --------------------------------------------------------------- */
 
 /* The CPU backend's argument checks, worded the same (core/backend/cpu/checks.c):
    "<fn>: dtype i32 not supported for <role> (expected f32, f16 or bf16)" (role may be NULL)
@@ -100,8 +90,6 @@ lamp_status lamp_cuda_fault_record(lamp_cuda_fault **device_view);
 
 /* Destroys the cuBLAS handle (gemm.c); the next GEMM creates another. */
 void lamp_cuda_gemm_release(void);
-
-/* }====================================================== */
 
 #ifdef __cplusplus
 }

@@ -68,10 +68,9 @@ lamp_status lamp_cuda_zero(void *ptr, size_t bytes) {
   return lamp_cuda_status(cudaMemsetAsync(ptr, 0, bytes, lamp_cuda_stream()), "zeroing device memory");
 }
 
-/* {======================================================
-** Scratch: one buffer for the kernels' temporaries, grown by half again (or to the request) so a
-** run settles on its largest need after a few steps.
-** ======================================================= */
+/* ---- scratch --------------------------------------------------------------------------------- */
+/* One buffer for the kernels' temporaries, grown by half again (or to the request) so a run
+   settles on its largest need after a few steps. */
 
 static void *scratch;
 static size_t scratch_bytes;
@@ -104,8 +103,6 @@ lamp_status lamp_cuda_scratch(size_t bytes, void **out) {
   *out = scratch;
   return LAMP_OK;
 }
-
-/* }====================================================== */
 
 void lamp_cuda_memory_release(void) {
   if (!lamp_cuda_is_active()) return;

@@ -66,10 +66,8 @@ lamp_status lamp_cuda_copy(void *dst, const void *src, size_t bytes) {
   return lamp_cuda_status(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, stream), "copy");
 }
 
-/* {======================================================
-** Pinned staging for upload_async: two buffers used in turn, each with the event recorded after
-** the transfer queued from it.
-** ======================================================= */
+/* ---- pinned staging for upload_async --------------------------------------------------------- */
+/* Two buffers used in turn, each with the event recorded after the transfer queued from it. */
 
 /* Larger uploads are rare (whole models, not batches) and not worth pinning that much host memory:
    they are done blocking, which the contract allows. */
@@ -145,11 +143,8 @@ void lamp_cuda_queue_release(void) {
   }
 }
 
-/* }====================================================== */
-
-/* {======================================================
-** Events: points in the stream the host waits for. No timing, which makes them cheaper.
-** ======================================================= */
+/* ---- events ---------------------------------------------------------------------------------- */
+/* Points in the stream the host waits for. No timing, which makes them cheaper. */
 
 lamp_status lamp_cuda_event_new(void **event) {
   cudaEvent_t e = NULL;
@@ -175,5 +170,3 @@ lamp_status lamp_cuda_event_wait(void *event) {
   if (st != LAMP_OK) return st;
   return waited(cudaEventSynchronize((cudaEvent_t)event), "event_wait");
 }
-
-/* }====================================================== */

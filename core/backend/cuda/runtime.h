@@ -10,7 +10,7 @@
 
 #include "backend/cuda/cuda_impl.h"
 
-/* {==== devices (device.c) ====} */
+/* ---- devices (device.c) ---------------------------------------------------------------------- */
 
 /* Counts the devices (cudaGetDeviceCount): LAMP_OK with at least one, else why not (no driver,
    a driver too old, no device), in CUDA's words. */
@@ -26,7 +26,7 @@ lamp_status lamp_cuda_activate(void);
 /* Whether lamp_cuda_activate has succeeded (nothing to release before). */
 int lamp_cuda_is_active(void);
 
-/* {==== memory (memory.c) ====} */
+/* ---- memory (memory.c) ----------------------------------------------------------------------- */
 
 /* Sets up the device's stream-ordered pool (called by lamp_cuda_activate). */
 lamp_status lamp_cuda_pool_open(int ordinal);
@@ -36,7 +36,7 @@ lamp_status lamp_cuda_zero(void *ptr, size_t bytes);
 /* Frees the scratch buffer and the pinned staging (release_workspace). */
 void lamp_cuda_memory_release(void);
 
-/* {==== the queue (queue.c) ====} */
+/* ---- the queue (queue.c) --------------------------------------------------------------------- */
 
 /* Creates the stream (called by lamp_cuda_activate). */
 lamp_status lamp_cuda_queue_open(void);
@@ -53,7 +53,7 @@ void *lamp_cuda_stream_handle(void);
 /* Frees the pinned staging ring (after its copies are done). */
 void lamp_cuda_queue_release(void);
 
-/* {==== graphs (graph.c) ====} */
+/* ---- graphs (graph.c) ------------------------------------------------------------------------ */
 
 lamp_status lamp_cuda_graph_begin(void);
 lamp_status lamp_cuda_graph_end(void **graph);

@@ -46,9 +46,7 @@ static struct {
   segment *first;
 } arena = {.once = PTHREAD_ONCE_INIT, .lock = PTHREAD_MUTEX_INITIALIZER};
 
-/* {======================================================
-** Mapping
-** ======================================================= */
+/* ---- mapping --------------------------------------------------------------------------------- */
 
 static void map_failed(const char *what) {
   arena.status = LAMP_ERR_SYSTEM;
@@ -98,11 +96,7 @@ static lamp_status arena_ready(void) {
   return arena.status == LAMP_OK ? LAMP_OK : lamp_error(arena.status, "%s", arena.message);
 }
 
-/* }====================================================== */
-
-/* {======================================================
-** Translation
-** ======================================================= */
+/* ---- translation ----------------------------------------------------------------------------- */
 
 void *lamp_sim_host_view(const void *ptr) {
   pthread_once(&arena.once, map_arena);
@@ -118,11 +112,7 @@ lamp_status lamp_sim_arg(const char *op, const char *name, const void *ptr, void
                     name, ptr);
 }
 
-/* }====================================================== */
-
-/* {======================================================
-** Blocks
-** ======================================================= */
+/* ---- blocks ---------------------------------------------------------------------------------- */
 
 /* Cuts s down to `bytes`, the rest a free segment after it; keeps s whole when no node can be had
    (a larger block than asked for, released whole later: wasteful, never wrong). */
@@ -226,5 +216,3 @@ lamp_status lamp_sim_zero(void *ptr, size_t bytes) {
   if (z.ptr == NULL) return lamp_error(LAMP_ERR_INVALID_ARG, "sim: zero: ptr is NULL (%zu bytes)", bytes);
   return lamp_sim_enqueue(run_zero, &z, sizeof z, NULL);
 }
-
-/* }====================================================== */

@@ -31,9 +31,7 @@ static lamp_status null_arg(const char *op, const char *name) {
   return lamp_error(LAMP_ERR_INVALID_ARG, "sim: %s: argument %s is NULL", op, name);
 }
 
-/* {======================================================
-** Copies
-** ======================================================= */
+/* ---- copies ---------------------------------------------------------------------------------- */
 
 typedef struct move_call {
   void *dst;
@@ -74,11 +72,7 @@ lamp_status lamp_sim_copy(void *dst, const void *src, size_t bytes) {
   return QUEUE(run_move, c);
 }
 
-/* }====================================================== */
-
-/* {======================================================
-** Kernels (a closure's members are its operation's parameters, in order)
-** ======================================================= */
+/* ---- kernels (a closure's members are its operation's parameters, in order) ------------------ */
 
 typedef struct gemm_call {
   int trans_a, trans_b;
@@ -476,11 +470,7 @@ lamp_status lamp_sim_apply_mask(void *y, lamp_dtype y_dtype, const void *x, lamp
   return QUEUE(run_apply_mask, c);
 }
 
-/* }====================================================== */
-
-/* {======================================================
-** Coarse layer operations
-** ======================================================= */
+/* ---- coarse layer operations ----------------------------------------------------------------- */
 
 /* Pooling: the geometry is copied (the caller's may be gone when the pass runs). */
 typedef struct maxpool_forward_call {
@@ -731,5 +721,3 @@ lamp_status lamp_sim_batchnorm_backward(const lamp_batchnorm_args *a) {
   lamp_status st = batchnorm_call_of("batchnorm_backward", a, &c);
   return st == LAMP_OK ? QUEUE(run_batchnorm_backward, c) : st;
 }
-
-/* }====================================================== */

@@ -65,9 +65,7 @@ static struct {
        .work = PTHREAD_COND_INITIALIZER,
        .done = PTHREAD_COND_INITIALIZER};
 
-/* {======================================================
-** The worker
-** ======================================================= */
+/* ---- the worker ------------------------------------------------------------------------------ */
 
 static uint64_t next_random(void) { /* xorshift64* */
   q.rng ^= q.rng >> 12;
@@ -138,11 +136,7 @@ static void start_worker(void) {
   if (q.started) pthread_detach(thread);
 }
 
-/* }====================================================== */
-
-/* {======================================================
-** Queuing and waiting
-** ======================================================= */
+/* ---- queuing and waiting --------------------------------------------------------------------- */
 
 static sim_op *new_op(lamp_sim_fn fn, const void *args, size_t size) {
   sim_op *op = malloc(sizeof *op + size);
@@ -261,11 +255,7 @@ void lamp_sim_release_workspace(void) {
   if (lamp_sim_enqueue(run_release_workspace, NULL, 0, NULL) == LAMP_OK) lamp_sim_drain();
 }
 
-/* }====================================================== */
-
-/* {======================================================
-** Events: the sequence number of the last operation queued before the record
-** ======================================================= */
+/* ---- events: the sequence number of the last operation queued before the record -------------- */
 
 typedef struct sim_event {
   uint64_t seq; /* 0: never recorded, nothing to wait for */
@@ -293,11 +283,8 @@ lamp_status lamp_sim_event_wait(void *event) {
   return st == LAMP_OK ? lamp_sim_wait(((const sim_event *)event)->seq) : st;
 }
 
-/* }====================================================== */
-
-/* {======================================================
-** The stream (sim_stream.h): plugins queue host functions in order with the device's work
-** ======================================================= */
+/* ---- the stream (sim_stream.h) --------------------------------------------------------------- */
+/* Plugins queue host functions in order with the device's work. */
 
 typedef struct host_func {
   void (*fn)(void *arg);
@@ -319,12 +306,9 @@ static lamp_sim_stream stream = {LAMP_SIM_STREAM_MAGIC, launch_host_func};
 
 void *lamp_sim_stream_handle(void) { return &stream; }
 
-/* }====================================================== */
-
-/* {======================================================
-** Graphs: while one is captured, operations are recorded instead of queued; a launch queues a
-** copy of each recorded operation, in order
-** ======================================================= */
+/* ---- graphs ---------------------------------------------------------------------------------- */
+/* While one is captured, operations are recorded instead of queued; a launch queues a copy of
+   each recorded operation, in order. */
 
 int lamp_sim_capturing(void) {
   pthread_mutex_lock(&q.lock);
@@ -398,8 +382,6 @@ void lamp_sim_graph_free(void *graph) {
   free_ops(graph);
   free(graph);
 }
-
-/* }====================================================== */
 
 uint64_t lamp_sim_host_waits(void) {
   pthread_mutex_lock(&q.lock);

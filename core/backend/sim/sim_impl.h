@@ -10,10 +10,9 @@
 
 #include "backend/backend_impl.h"
 
-/* {======================================================
-** The arena (memory.c): one memfd, mapped PROT_NONE for the device view and read-write for the
-** host view; device pointers are offsets into the first, translated into the second.
-** ======================================================= */
+/* ---- the arena (memory.c) -------------------------------------------------------------------- */
+/* One memfd, mapped PROT_NONE for the device view and read-write for the host view; device
+   pointers are offsets into the first, translated into the second. */
 
 /* The allocator lent to core/tensor: 64-byte aligned device-view blocks; NULL with the error set. */
 void *lamp_sim_alloc(size_t bytes);
@@ -34,11 +33,8 @@ lamp_status lamp_sim_arg(const char *op, const char *name, const void *ptr, void
 /* Returns a block to the free list at once (the queued half of lamp_sim_free). */
 lamp_status lamp_sim_release(void *ptr);
 
-/* }====================================================== */
-
-/* {======================================================
-** The queue (queue.c): one worker thread runs closures strictly in the order they were queued.
-** ======================================================= */
+/* ---- the queue (queue.c) --------------------------------------------------------------------- */
+/* One worker thread runs closures strictly in the order they were queued. */
 
 /* A queued operation: runs on the worker with `args`, the closure's own copy of its arguments. */
 typedef lamp_status (*lamp_sim_fn)(const void *args);
@@ -89,12 +85,9 @@ void *lamp_sim_stream_handle(void);
 /* The CPU backend's per-thread workspaces on the worker, freed there. */
 void lamp_sim_release_workspace(void);
 
-/* }====================================================== */
-
-/* {======================================================
-** The operations (ops.c): each translates its device pointers on the calling thread and queues
-** the CPU backend's operation on those host views.
-** ======================================================= */
+/* ---- the operations (ops.c) ------------------------------------------------------------------ */
+/* Each translates its device pointers on the calling thread and queues the CPU backend's
+   operation on those host views. */
 
 lamp_status lamp_sim_upload(void *dst, const void *host_src, size_t bytes);
 lamp_status lamp_sim_upload_async(void *dst, const void *host_src, size_t bytes);
@@ -145,7 +138,5 @@ lamp_status lamp_sim_native16_conv2d_backward(void **plan, const lamp_conv2d_arg
 void lamp_sim_conv2d_plan_free(void *plan);
 lamp_status lamp_sim_batchnorm_forward(const lamp_batchnorm_args *a);
 lamp_status lamp_sim_batchnorm_backward(const lamp_batchnorm_args *a);
-
-/* }====================================================== */
 
 #endif

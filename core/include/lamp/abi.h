@@ -83,6 +83,26 @@ typedef enum lamp_dtype {
   LAMP_DTYPE_COUNT
 } lamp_dtype;
 
+/* Helpers for core and plugins alike: static inline, so they add no symbol to the ABI. */
+
+/* "f32", "f16", "bf16", "i32", "u8"; "?" for a value outside the enum. */
+static inline const char *lamp_dtype_name(lamp_dtype dtype) {
+  switch (dtype) {
+  case LAMP_F32: return "f32";
+  case LAMP_F16: return "f16";
+  case LAMP_BF16: return "bf16";
+  case LAMP_I32: return "i32";
+  case LAMP_U8: return "u8";
+  default: return "?";
+  }
+}
+
+/* 1 for f32, f16 and bf16, the dtypes of floating-point tensors, kernels and policies; 0 for the
+   others and for a value outside the enum (a policy's uint32_t field may be cast as it is). */
+static inline int lamp_dtype_is_float(lamp_dtype dtype) {
+  return dtype == LAMP_F32 || dtype == LAMP_F16 || dtype == LAMP_BF16;
+}
+
 typedef enum lamp_device {
   LAMP_CPU = 0,
   LAMP_CUDA = 1,

@@ -73,8 +73,8 @@ typedef struct lamp_host {
   /* Non-zero once the user or a failing rank asked the run to stop; long waits poll it. */
   const volatile int *abort_flag;
 
+  /* ---- ABI 1.1: present when LAMP_HOST_HAS(host, member) ------------------------------------- */
   /*
-  ** ---- ABI 1.1: present when LAMP_HOST_HAS(host, member) --------------------------------
   ** The device services, for any of the plugin's functions; device_count and device_ordinal
   ** create no device context, so probe may call them too. On a device without a backend in
   ** this core, copy and synchronize fail with LAMP_ERR_UNSUPPORTED (report it with set_error:

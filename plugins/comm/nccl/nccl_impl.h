@@ -64,7 +64,7 @@ typedef struct nccl_comm {
   atomic_int stop;
 } nccl_comm;
 
-/* {====================================================== helpers (watchdog.c) */
+/* ---- helpers (watchdog.c) -------------------------------------------------------------------- */
 double nccl_now(void);
 void nccl_nap(long ns);
 /* The error of a broken communicator, recorded on its ctx (main thread only). */
@@ -74,9 +74,8 @@ lamp_status nccl_broken_error(nccl_comm *m);
 void nccl_break_locked(nccl_comm *m, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 /* " (LAMP_COMM_TIMEOUT)" and the like: where the timeout came from, for messages. */
 const char *nccl_timeout_source(const nccl_comm *m);
-/* }====================================================== */
 
-/* {====================================================== collectives in flight (watchdog.c) */
+/* ---- collectives in flight (watchdog.c) ------------------------------------------------------ */
 /* Holds lock. After an NCCL call: waits out ncclInProgress (init of lazy connections) against
    the timeout; on an error or timeout breaks the communicator. */
 lamp_status nccl_settle_locked(nccl_comm *m, ncclResult_t r, const char *op, int64_t seq);
@@ -95,15 +94,13 @@ int nccl_drain(nccl_comm *m);
 void nccl_ops_free(nccl_comm *m);
 int nccl_watchdog_start(nccl_comm *m);
 void nccl_watchdog_stop(nccl_comm *m);
-/* }====================================================== */
 
-/* {====================================================== create (setup.c) */
+/* ---- create (setup.c) ------------------------------------------------------------------------ */
 lamp_status nccl_setup(nccl_comm *m, const lamp_bootstrap *boot);
 /* The CUDA error as the plugin words it: "what: text (name)". */
 lamp_status nccl_cuda_error(nccl_comm *m, lamp_status code, cudaError_t err, const char *what);
-/* }====================================================== */
 
-/* {====================================================== host buffers (staging.c) */
+/* ---- host buffers (staging.c) ---------------------------------------------------------------- */
 size_t nccl_dtype_size(lamp_dtype dtype);
 ncclDataType_t nccl_dtype(lamp_dtype dtype);
 ncclRedOp_t nccl_reduce_op(lamp_reduce_op op);
@@ -114,6 +111,5 @@ lamp_status nccl_staged_all_reduce(nccl_comm *m, const char *name, void *buf, si
 lamp_status nccl_staged_broadcast(nccl_comm *m, void *buf, size_t count, lamp_dtype dtype, int root);
 lamp_status nccl_staged_all_gather(nccl_comm *m, const void *send, void *recv, size_t count,
                                    lamp_dtype dtype);
-/* }====================================================== */
 
 #endif

@@ -27,7 +27,7 @@ lamp_status nccl_cuda_error(nccl_comm *m, lamp_status code, cudaError_t err, con
   return m->host->set_error(m->ctx, code, "%s: %s (%s)", what, cudaGetErrorString(err), cudaGetErrorName(err));
 }
 
-/* {====================================================== step 3: the GPU */
+/* ---- step 3: the GPU ------------------------------------------------------------------------- */
 
 static lamp_status choose_gpu(nccl_comm *m, const lamp_bootstrap *boot) {
   int count = 0;
@@ -82,9 +82,7 @@ static lamp_status open_device(nccl_comm *m) {
   return nccl_cuda_error(m, LAMP_ERR_SYSTEM, err, what);
 }
 
-/* }====================================================== */
-
-/* {====================================================== step 5: NCCL's init */
+/* ---- step 5: NCCL's init --------------------------------------------------------------------- */
 
 static lamp_status init_failed(nccl_comm *m, lamp_status code, const char *why) {
   if (m->comm != NULL) {
@@ -131,8 +129,6 @@ static lamp_status init_nccl(nccl_comm *m, ncclUniqueId id) {
     nccl_nap(nap);
   }
 }
-
-/* }====================================================== */
 
 /* "1, 3" of the ranks whose status is not 0; how many. */
 static int failed_ranks(const int32_t *status, int size, char *buf, size_t bufsize) {

@@ -63,7 +63,7 @@ void nccl_break_locked(nccl_comm *m, const char *fmt, ...) {
   atomic_store(&m->broken, 1);
 }
 
-/* {====================================================== the reasons */
+/* ---- the reasons ----------------------------------------------------------------------------- */
 
 static void break_timed_out(nccl_comm *m, const nccl_op *op) {
   nccl_break_locked(m, "%s #%lld on rank %d did not finish within %g s (%s); the communicator was aborted",
@@ -93,9 +93,7 @@ lamp_status nccl_cuda_failed_locked(nccl_comm *m, const char *op, int64_t seq, c
   return nccl_broken_error(m);
 }
 
-/* }====================================================== */
-
-/* {====================================================== ops */
+/* ---- ops ------------------------------------------------------------------------------------- */
 
 lamp_status nccl_settle_locked(nccl_comm *m, ncclResult_t r, const char *op, int64_t seq) {
   double deadline = nccl_now() + m->timeout;
@@ -235,9 +233,7 @@ void nccl_ops_free(nccl_comm *m) {
   m->all = m->head = m->tail = m->spare = NULL;
 }
 
-/* }====================================================== */
-
-/* {====================================================== the watchdog */
+/* ---- the watchdog ---------------------------------------------------------------------------- */
 
 /* One look at the pending list and NCCL's error state. */
 static void sweep_locked(nccl_comm *m) {
@@ -302,5 +298,3 @@ void nccl_watchdog_stop(nccl_comm *m) {
   pthread_join(m->watchdog, NULL);
   m->watchdog_running = 0;
 }
-
-/* }====================================================== */

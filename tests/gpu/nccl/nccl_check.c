@@ -59,7 +59,7 @@ static double now(void) {
   return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
 }
 
-/* {====================================================== the host table */
+/* ---- the host table -------------------------------------------------------------------------- */
 
 struct lamp_ctx {
   char message[1024];
@@ -127,9 +127,7 @@ static const lamp_comm_v1 *open_plugin(const char *path) {
   return t;
 }
 
-/* }====================================================== */
-
-/* {====================================================== a two-process bootstrap (peer) */
+/* ---- a two-process bootstrap (peer) ---------------------------------------------------------- */
 
 /* Messages on a socket pair: op, payload bytes, payload. The peer answers 'G' (all-gather) with
    the payload it got (rank 0's "ready" status is its own) and 'R' (barrier) with one byte. */
@@ -260,9 +258,7 @@ static void check_missing_peer(const lamp_comm_v1 *t, int fd, pid_t pid) {
   if (st == LAMP_OK) t->destroy(comm);
 }
 
-/* }====================================================== */
-
-/* {====================================================== probe */
+/* ---- probe ----------------------------------------------------------------------------------- */
 
 static void check_probe(const lamp_comm_v1 *t, int gpus) {
   static const char alone_prefix[] = "one process without a launcher: single serves (NCCL ";
@@ -281,9 +277,7 @@ static void check_probe(const lamp_comm_v1 *t, int gpus) {
   report("probe", ok, "under a launcher %d (%s); alone %d (%s)", launched, with, alone, reason);
 }
 
-/* }====================================================== */
-
-/* {====================================================== more ranks than GPUs (gpus) */
+/* ---- more ranks than GPUs (gpus) ------------------------------------------------------------- */
 
 static lamp_status solo_broadcast(const lamp_bootstrap *b, void *buf, size_t bytes, int root, double timeout_s) {
   (void)b, (void)buf, (void)bytes, (void)root, (void)timeout_s;
@@ -317,9 +311,7 @@ static void check_too_many_ranks(const lamp_comm_v1 *t, int gpus) {
   if (st == LAMP_OK) t->destroy(comm);
 }
 
-/* }====================================================== */
-
-/* {====================================================== one rank */
+/* ---- one rank -------------------------------------------------------------------------------- */
 
 static size_t dtype_bytes(lamp_dtype d) { return d == LAMP_F32 || d == LAMP_I32 ? 4 : d == LAMP_U8 ? 1 : 2; }
 
@@ -507,8 +499,6 @@ static void check_watchdog(const lamp_comm_v1 *t) {
   cudaStreamSynchronize(core_stream);
   cudaFree(dev);
 }
-
-/* }====================================================== */
 
 int main(int argc, char **argv) {
   if (argc != 2) {

@@ -34,7 +34,7 @@
 #define N_STEPS 5
 #define MAX_SLOTS 3
 
-/* {====================================================== the host table */
+/* ---- the host table -------------------------------------------------------------------------- */
 
 struct lamp_ctx {
   char message[512];
@@ -99,9 +99,7 @@ static lamp_host host = {
     .stream = host_stream,
 };
 
-/* }====================================================== */
-
-/* {====================================================== plugins */
+/* ---- plugins --------------------------------------------------------------------------------- */
 
 typedef struct plugin {
   const lamp_optim_v1 *t;
@@ -156,9 +154,7 @@ static int create(plugin *p, const lamp_optim_v1 *t, const config *c) {
   return -1;
 }
 
-/* }====================================================== */
-
-/* {====================================================== slabs */
+/* ---- slabs ----------------------------------------------------------------------------------- */
 
 /* Where one side's buffers live; the host copies are what gets compared. */
 typedef struct side {
@@ -301,9 +297,7 @@ static int side_step(side *s, const lamp_optim_step *proto, const float *grads, 
   return 0;
 }
 
-/* }====================================================== */
-
-/* {====================================================== comparing */
+/* ---- comparing ------------------------------------------------------------------------------- */
 
 static int differs(const char *who, const char *what, uint64_t step, const void *a,
                    const void *b, size_t n, size_t esize) {
@@ -382,8 +376,6 @@ static const config adam_configs[] = {
     {"amsgrad+wd", {{"amsgrad", 1}, {"weight_decay", 0.01}, {"beta2", 0.99}}, LAMP_BF16},
     {"amsgrad", {{"amsgrad", 1}, {"eps", 1e-6}}, LAMP_F32},
 };
-
-/* }====================================================== */
 
 static int run_optimizer(const char *name, const char *dir, const char *ref_dir) {
   const lamp_optim_v1 *ta, *tb;
