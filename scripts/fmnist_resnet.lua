@@ -1,5 +1,5 @@
--- Trains the small ResNet of the PyTorch reference (train_ref.py --arch cnn) on Fashion-MNIST
--- and reports test accuracy per epoch and the memory ledger.
+-- Trains the small ResNet of scripts/lib/resnet.lua on Fashion-MNIST (its PyTorch twin:
+-- scripts/bench/torch_twin.py --arch cnn) and reports test accuracy per epoch and the memory ledger.
 --
 --   build/lamp scripts/fmnist_resnet.lua [--epochs=3] [--batch=128] [--seed=0]
 --       [--precision=fp32|fp16|bf16] [--comm=auto] [--optim=sgd|adam|adamw] [--lr=] [--momentum=0.9]

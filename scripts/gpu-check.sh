@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The GPU check (issue #15): everything that needs a GPU, in one run of under 8 minutes, each stage
+# The GPU check: everything that needs a GPU, in one run of under 8 minutes, each stage
 # under its own timeout, one table row per stage and a verdict last.
 #
 # The GPU machine has no package registry (no Lua, OpenBLAS, data set there), so the check runs
@@ -34,24 +34,24 @@
 #      scripts/bench/torch_gpu_mlp.py): the reference MLP at batch 128 and 784-4096-4096-10 at
 #      batch 4096, fp32 (no TF32 either side), bf16, fp16; targets: lamp fp32 >= 1.0x PyTorch on
 #      both, and on the large one lamp bf16 and fp16 >= 2x lamp fp32 and >= 1.0x PyTorch autocast
-#   h  (issue #16) NCCL at world size 1: one epoch of scripts/fmnist_mlp.lua over 10240 samples on
+#   h  NCCL at world size 1: one epoch of scripts/fmnist_mlp.lua over 10240 samples on
 #      the GPU with --comm=nccl and with --comm=single; the two checkpoints must hold the same
 #      tensors and state bit for bit (lamp.checkpoint.info: every line but run.comm) and print the
 #      same losses and accuracy
-#   i  (issue #16) tests/gpu/nccl/nccl_check on nccl.so: a peer that never creates its
+#   i  tests/gpu/nccl/nccl_check on nccl.so: a peer that never creates its
 #      communicator (the other fails at its 5 s deadline, aborts and says so), more ranks than
 #      GPUs, every collective on device and host buffers, enqueue ordering, the watchdog (an
 #      all-reduce held past its 2 s deadline is reported by poll, the communicator aborted)
-#   j  (issue #16) two ranks on one GPU over the mpi communicator (host staging): scripts/lamp-run
+#   j  two ranks on one GPU over the mpi communicator (host staging): scripts/lamp-run
 #      -n 2 (mpirun itself where lamp-run's setsid, ps or pkill is missing) trains one epoch within
 #      0.5 points of one rank (stage e's fp32 run, else its own); needs mpirun and mpi.so. The GPU
 #      machine has no MPI: the bundle carries the CPU machine's Open MPI 4 in mpi/ with mpi.so,
 #      and its mpi/env.sh (sourced here, before any stage) points Open MPI and PMIx at that copy
 #      (OPAL_*, PMIX_*), puts it first on PATH and LD_LIBRARY_PATH and selects ob1 over self and
 #      vader. Without a GPU: two ranks train 1280 samples on the CPU over the same MPI (smoke)
-#   k  (issue #17) 3 epochs of scripts/fmnist_resnet.lua on the GPU under fp32 and bf16, each
+#   k  3 epochs of scripts/fmnist_resnet.lua on the GPU under fp32 and bf16, each
 #      >= 89.5 % (cuDNN convolutions, lamp's BatchNorm and pooling kernels)
-#   l  (issue #17) the ResNet's throughput against PyTorch eager (cuDNN) at batch 128 and 512, fp32
+#   l  the ResNet's throughput against PyTorch eager (cuDNN) at batch 128 and 512, fp32
 #      (no TF32 either side) and bf16 autocast, lamp with its micro-steps replayed as CUDA graphs
 #      (the default) and without (--graphs=off): lamp (graphs) >= 1.0x PyTorch at each, lamp bf16
 #      >= 1.3x lamp fp32 at 512; the graphs' gain is printed beside (gpu_mlp.lua --model=resnet and

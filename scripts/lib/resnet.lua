@@ -1,4 +1,4 @@
--- The small ResNet of the PyTorch twin of the recipe (LAMP_TORCH_REF, --arch cnn), shared by the
+-- The small ResNet (scripts/bench/torch_twin.py --arch cnn trains the same in PyTorch), shared by the
 -- ResNet scripts (require "resnet" after adding scripts/lib to package.path):
 --   conv3x3(c_in -> 16) -> BN -> ReLU -> block(16) -> maxpool 2 -> conv3x3(16 -> 32) -> BN -> ReLU
 --   -> block(32) -> global average pool -> flatten -> linear(32 -> classes)

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The nccl communicator plugin as built here (issue #16): where the toolkit has nccl.h it is built,
+# The nccl communicator plugin as built here: where the toolkit has nccl.h it is built,
 # linked to the CUDA runtime statically and to libnccl not at all (readelf: neither is NEEDED, nor
 # libcuda), exports only its entry, and loads on this machine without a driver; `lamp plugins`
 # shows it with probe 0 and the reason, under a launcher too; a script that asks for it on the CPU

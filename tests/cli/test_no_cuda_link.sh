@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Neither the lamp executable nor lampcore links CUDA (issue 15): the CUDA backend is a module the
+# Neither the lamp executable nor lampcore links CUDA: the CUDA backend is a module the
 # core opens on first use (build/backends/cuda.so), so lamp starts on a machine without CUDA's
 # libraries. No CUDA library among lamp's NEEDED entries, and no CUDA symbol, defined or wanted, in
 # lamp or in liblampcore.a. Where the module was built, the same symbol check finds CUDA in it: the

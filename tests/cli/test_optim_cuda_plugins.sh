@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The optimizer plugins as built here (issue #15, item 4): where the toolkit was found they carry
+# The optimizer plugins as built here: where the toolkit was found they carry
 # a CUDA step, linked to the CUDA runtime statically, and must neither need libcudart nor libcuda
 # (readelf) nor stop loading or training on the CPU of a machine without a driver.
 # Usage: test_optim_cuda_plugins.sh LAMP_BINARY SOURCE_DIR

@@ -1,4 +1,4 @@
--- Numbers from Lua are judged as the user gave them (issue #14, items 15, 16, 17): range-checked
+-- Numbers from Lua are judged as the user gave them: range-checked
 -- before any narrowing, booleans refused where a number is wanted, an unknown plugin option
 -- reported as unknown whatever its value, each message showing the value given; an epoch
 -- without a batch, endless skipped steps and a model larger than the machine are errors.

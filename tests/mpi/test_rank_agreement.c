@@ -1,5 +1,5 @@
 /*
-** The ranks agree before they step (issue #14, item 7). Run as `mpirun -n 2 test_rank_agreement`
+** The ranks agree before they step. Run as `mpirun -n 2 test_rank_agreement`
 ** with the real mpi communicator. Each case makes rank 1 differ from rank 0 in one thing and
 ** checks that both ranks fail, at once and with the same message naming the field and each
 ** rank's value, instead of averaging unrelated gradients or hanging:

@@ -1,5 +1,5 @@
 /*
-** Sizes larger than the machine are refused before anything is allocated (issue #14, item 17):
+** Sizes larger than the machine are refused before anything is allocated:
 **   1. a model whose slabs exceed the physical memory, naming its largest layer, the bytes
 **      (which count the policy's slabs: f16 weights, f32 gradients and masters) and the memory;
 **   2. a batch whose layer outputs exceed it, naming the layer with the largest output;

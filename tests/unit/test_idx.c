@@ -302,7 +302,7 @@ static void test_corrupt_gzip(void **state) {
                     TMP "/deflate.gz is damaged: invalid compressed data (zlib: invalid block type)");
 }
 
-/* ---- the reader: the gzip trailer (issue #14, item 8) ----------------------------------- */
+/* ---- the reader: the gzip trailer ----------------------------------- */
 
 /*
 ** A gzip IDX file of `samples` x 28 x 28 bytes into buf; returns its length. Like images, they
@@ -465,7 +465,7 @@ static void test_gzip_header_fields(void **state) {
                     TMP "/fields.gz is damaged: reserved gzip header flags 0x80 are set");
 }
 
-/* ---- the reader: what is not a regular file (issue #14, item 9) ------------------------- */
+/* ---- the reader: what is not a regular file ------------------------- */
 
 static void on_alarm(int sig) {
   (void)sig;
@@ -693,7 +693,7 @@ static void test_unknown_split(void **state) {
   assert_string_equal(lamp_last_error(), TMP "/pair: unknown split \"test\" (valid: train, t10k)");
 }
 
-/* ---- data sets: labels and classes (issue #14, item 10) --------------------------------- */
+/* ---- data sets: labels and classes --------------------------------- */
 
 /* A label outside Fashion-MNIST's 10 classes is refused naming its index and value; it used
    to make classes() 201 and train a 201-way model. */

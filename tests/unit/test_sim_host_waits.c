@@ -1,5 +1,5 @@
 /*
-** One host synchronisation per optimizer step (issue #15): on the simulated device, which counts
+** One host synchronisation per optimizer step: on the simulated device, which counts
 ** the host's waits for its queue (lamp_sim_host_waits: synchronize, blocking copies to the host,
 ** event waits, each counted only when it waits for work not waited for already), a Trainer in
 ** the steady state waits exactly once per optimizer step, taken or skipped: for the step's report

@@ -1,5 +1,5 @@
 /*
-** What the step refuses to do quietly (issue #14, items 14, 15 and 16):
+** What the step refuses to do quietly:
 **   1. A precision plugin's loss scale of 0, -1, +inf or NaN stops training at the first step,
 **      naming the plugin and the value, before the weights are touched.
 **   2. Skipped steps (a static fp16 scale that always overflows) are warnings at the first and

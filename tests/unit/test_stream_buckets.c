@@ -1,5 +1,5 @@
 /*
-** Gradient buckets on a device whose work is queued (issue #16): with a communicator that orders
+** Gradient buckets on a device whose work is queued: with a communicator that orders
 ** its collectives on the device's stream (all_reduce_enqueue, wait_stream, poll), each bucket's
 ** all-reduce is queued right after the backward kernels that produce its gradients, so it runs
 ** while the earlier layers' backward still computes; the waits are queued too, and the step's

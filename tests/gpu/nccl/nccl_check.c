@@ -1,5 +1,5 @@
 /*
-** The nccl communicator on a GPU (issue #16, the GPU check's NCCL stage). One machine, one GPU
+** The nccl communicator on a GPU (the GPU check's NCCL stage). One machine, one GPU
 ** is enough:
 **
 **     nccl_check PLUGIN    PLUGIN: the path of nccl.so

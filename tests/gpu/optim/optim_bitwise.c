@@ -1,5 +1,5 @@
 /*
-** The optimizer plugins' CUDA steps against their CPU steps, bit for bit (issue #15, the GPU
+** The optimizer plugins' CUDA steps against their CPU steps, bit for bit (the GPU
 ** check's optimizer stage):
 **
 **     optim_bitwise PLUGIN_DIR              cuda vs cpu of PLUGIN_DIR/{sgd,adam,adamw}.so
