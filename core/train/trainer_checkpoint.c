@@ -7,7 +7,7 @@
 **   metas    lamp.kind "trainer", lamp.trainer_version, run.* (model description, precision,
 **            optimizer and its hyper-parameters, comm, world size, accumulation, seed (also the
 **            key of stochastic rounding, which a resume continues with), clip, schedule), state.*
-**            (steps, skipped steps, micro-steps, samples, epochs done, the open epoch and its
+**            (steps, skipped steps and how many of them came last in a row, micro-steps, samples, epochs done, the open epoch and its
 **            position, last loss, lr, the stochastic layers' forward count)
 **   tensors  param.<name>   the fp32 parameters the optimizer updates (the masters when the
 **                           policy keeps them); without masters, a 16-bit policy's weights as
@@ -103,6 +103,7 @@ static lamp_status add_state_metas(lamp_trainer *t, lamp_ckpt_writer *w) {
   const lamp_trainer_stats *s = &t->stats;
   lamp_status st = lamp_ckpt_add_meta_int(w, "state.steps", (int64_t)s->steps);
   if (st == LAMP_OK) st = lamp_ckpt_add_meta_int(w, "state.skipped_steps", (int64_t)s->skipped_steps);
+  if (st == LAMP_OK) st = lamp_ckpt_add_meta_int(w, "state.skipped_in_a_row", (int64_t)s->skipped_in_a_row);
   if (st == LAMP_OK) st = lamp_ckpt_add_meta_int(w, "state.micro_steps", (int64_t)s->micro_steps);
   if (st == LAMP_OK) st = lamp_ckpt_add_meta_int(w, "state.samples", (int64_t)s->samples);
   if (st == LAMP_OK) st = lamp_ckpt_add_meta_int(w, "state.epochs_done", (int64_t)t->epochs_done);
@@ -464,6 +465,7 @@ static lamp_status read_precision_blob(lamp_trainer *t, const lamp_ckpt *c, void
 /* The counters, as one plain struct so that rank 0 can broadcast them. */
 typedef struct counters {
   uint64_t steps, skipped_steps, micro_steps, samples, epochs_done, epoch_batches, epoch_global_batch, forward_index;
+  uint64_t skipped_in_a_row; /* max_skipped counts on across a resume (0 from a checkpoint without it) */
   int64_t epoch_open;
   double last_loss, lr;
   uint64_t precision_bytes;
@@ -483,6 +485,9 @@ static lamp_status read_u64(const lamp_ckpt *c, const char *key, uint64_t *out) 
 static lamp_status read_counters(const lamp_ckpt *c, counters *k) {
   lamp_status st = read_u64(c, "state.steps", &k->steps);
   if (st == LAMP_OK) st = read_u64(c, "state.skipped_steps", &k->skipped_steps);
+  k->skipped_in_a_row = 0;
+  if (st == LAMP_OK && lamp_ckpt_has_meta(c, "state.skipped_in_a_row"))
+    st = read_u64(c, "state.skipped_in_a_row", &k->skipped_in_a_row);
   if (st == LAMP_OK) st = read_u64(c, "state.micro_steps", &k->micro_steps);
   if (st == LAMP_OK) st = read_u64(c, "state.samples", &k->samples);
   if (st == LAMP_OK) st = read_u64(c, "state.epochs_done", &k->epochs_done);
@@ -508,6 +513,7 @@ static lamp_status read_counters(const lamp_ckpt *c, counters *k) {
 static void apply_counters(lamp_trainer *t, const counters *k) {
   t->stats.steps = k->steps;
   t->stats.skipped_steps = k->skipped_steps;
+  t->stats.skipped_in_a_row = k->skipped_in_a_row;
   t->stats.micro_steps = k->micro_steps;
   t->stats.samples = k->samples;
   t->stats.last_loss = k->last_loss;

@@ -154,6 +154,25 @@ static void test_max_skipped_in_a_row_is_an_error(void **state) {
                       "or raise the Trainer's max_skipped");
   rig_close(&r);
 
+  /* The count goes on across a save and resume: 3 skipped, saved; resumed, the 2nd more is the 5th. */
+  open_trainer(&r, "fp16", overflowing, 2, 5);
+  for (int s = 0; s < 3; s++) OK(lamp_trainer_step(r.t, b.x, b.y));
+  char path[512];
+  snprintf(path, sizeof path, "%s/in-a-row.lamp", LAMP_TEST_TMP_DIR);
+  make_dir(LAMP_TEST_TMP_DIR);
+  OK(lamp_trainer_save(r.t, path, NULL, 0));
+  rig_close(&r);
+  open_trainer(&r, "fp16", overflowing, 2, 5);
+  int found = 0;
+  OK(lamp_trainer_resume(r.t, path, NULL, 0, &found));
+  assert_true(found);
+  assert_int_equal(rig_stats(&r).skipped_in_a_row, 3);
+  OK(lamp_trainer_step(r.t, b.x, b.y));
+  assert_int_equal(lamp_trainer_step(r.t, b.x, b.y), LAMP_ERR_NUMERIC);
+  assert_non_null(strstr(lamp_last_error(), "Trainer: 5 optimizer steps in a row skipped"));
+  rig_close(&r);
+  remove(path);
+
   /* The default limit is 1000. */
   open_trainer(&r, "fp16", overflowing, 2, 0);
   for (int s = 0; s < 999; s++) OK(lamp_trainer_step(r.t, b.x, b.y));
