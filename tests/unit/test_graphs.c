@@ -154,18 +154,7 @@ typedef struct run {
   lamp_loader *loader;
 } run;
 
-static lamp_dataset *dataset(void) {
-  lamp_dataset_bytes bytes = {.name = "graphs", .n = SAMPLES, .channels = 1, .rows = 4, .cols = 4, .classes = 3};
-  bytes.pixels = lamp_mem_alloc(LAMP_CPU, LAMP_MEM_DATA, SAMPLES * IN);
-  bytes.labels = lamp_mem_alloc(LAMP_CPU, LAMP_MEM_DATA, SAMPLES);
-  assert_non_null(bytes.pixels);
-  assert_non_null(bytes.labels);
-  for (size_t i = 0; i < SAMPLES * IN; i++) bytes.pixels[i] = (uint8_t)(i * 37u + i / 7u);
-  for (size_t i = 0; i < SAMPLES; i++) bytes.labels[i] = (uint8_t)(i % 3);
-  lamp_dataset *ds;
-  OK(lamp_dataset_adopt(&ds, &bytes));
-  return ds;
-}
+static lamp_dataset *dataset(void) { return patterned_dataset("graphs", SAMPLES); }
 
 static lamp_layer *network(int dropout) {
   if (!dropout) return seq(4, (lamp_layer *[]){linear(IN, 12), relu(), linear(12, 12), linear(12, 3)});

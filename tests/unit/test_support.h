@@ -154,6 +154,21 @@ static inline void fill_uniform(lamp_tensor *t, lamp_rng *r, double lo, double h
   for (size_t i = 0; i < lamp_tensor_numel(t); i++) v[i] = (float)(lo + (hi - lo) * lamp_rng_uniform(r));
 }
 
+/* A data set of n [1, 4, 4] images of 3 classes with fixed, varied bytes (labels i % 3): for the
+   trainer tests that need a loader but no real data. */
+static inline lamp_dataset *patterned_dataset(const char *name, size_t n) {
+  lamp_dataset_bytes bytes = {.name = name, .n = n, .channels = 1, .rows = 4, .cols = 4, .classes = 3};
+  bytes.pixels = lamp_mem_alloc(LAMP_CPU, LAMP_MEM_DATA, n * 16);
+  bytes.labels = lamp_mem_alloc(LAMP_CPU, LAMP_MEM_DATA, n);
+  assert_non_null(bytes.pixels);
+  assert_non_null(bytes.labels);
+  for (size_t i = 0; i < n * 16; i++) bytes.pixels[i] = (uint8_t)(i * 37u + i / 7u);
+  for (size_t i = 0; i < n; i++) bytes.labels[i] = (uint8_t)(i % 3);
+  lamp_dataset *ds;
+  OK(lamp_dataset_adopt(&ds, &bytes));
+  return ds;
+}
+
 static inline lamp_layer *linear(int64_t in, int64_t out) {
   lamp_layer *l;
   OK(lamp_linear_new(&l, in, out, 1));
