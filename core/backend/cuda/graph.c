@@ -38,7 +38,10 @@ int lamp_cuda_hold_free(void *ptr) {
   if (capture.n_held == capture.cap_held) {
     size_t cap = capture.cap_held ? 2 * capture.cap_held : 16;
     void **more = realloc(capture.held, cap * sizeof *more);
-    if (more == NULL) return 0; /* freed into the graph instead: the capture is then refused below */
+    if (more == NULL) { /* no host memory to hold it: freed into the graph, which is then refused */
+      (void)lamp_cuda_refuse_in_capture("freeing device memory (no host memory to hold the free back)");
+      return 0;
+    }
     capture.held = more;
     capture.cap_held = cap;
   }
