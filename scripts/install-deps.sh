@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs the Debian packages lamp needs, if any are missing. Usage: scripts/install-deps.sh [--bench]
-# (--bench adds python3-torch for the PyTorch comparisons). Safe to run repeatedly.
+# (--bench adds python3-venv, for the virtual environment the benchmarks install PyTorch 2.x from
+# PyPI into: scripts/bench/common.sh). Safe to run repeatedly.
 set -euo pipefail
 
 # clang and libclang-rt-14-dev (libFuzzer and clang's sanitizer runtimes) build the fuzz harnesses
@@ -11,7 +12,7 @@ set -euo pipefail
 packages=(build-essential cmake pkg-config liblua5.4-dev libcmocka-dev libopenblas-dev zlib1g-dev
           dataset-fashion-mnist libopenmpi-dev openmpi-bin clang libclang-rt-14-dev procps util-linux
           libjansson-dev gnuplot-nox jq)
-if [[ "${1:-}" == "--bench" ]]; then packages+=(python3-torch python3-numpy); fi
+if [[ "${1:-}" == "--bench" ]]; then packages+=(python3-venv); fi
 
 missing=()
 for p in "${packages[@]}"; do

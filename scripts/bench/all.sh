@@ -18,7 +18,8 @@
 # --from=RECORDS  writes FILE from the records of an earlier run (build/bench-all/records.tsv),
 #             running nothing.
 # Each benchmark's output and the records are kept in build/bench-all/.
-# Environment: PYTHON (the interpreter with PyTorch, by default /usr/bin/python3), LAMP_TORCH_REF.
+# Environment: PYTHON (the interpreter with PyTorch; by default a virtual environment with PyTorch 2.x
+# from PyPI, made on first use: LAMP_TORCH_VENV, see common.sh), LAMP_TORCH_REF.
 set -euo pipefail
 caller=$PWD
 cd "$(dirname "$0")/../.."
@@ -29,6 +30,7 @@ END_MARK='<!-- end of results -->'
 logs=build/bench-all
 
 repeat=3 epochs="" out=docs/benchmarks.md from="" check=0 given=()
+given_python=${PYTHON:-} # the caller's interpreter, if any (run_benchmarks exports the one found)
 for a in "$@"; do
   case "$a" in
     --repeat=*) repeat=${a#--repeat=}; given+=("$a") ;;
@@ -73,9 +75,10 @@ print(f"{torch.__version__}\t{origin}\tBLAS {blas}{dnn}")' 2>/dev/null
 }
 
 prerequisites() {
-  python=${PYTHON:-/usr/bin/python3}
+  scripts/install-deps.sh --bench
+  python=$(torch_python all.sh) || exit 1
   torch=$(describe_torch) || {
-    echo "all.sh: $python cannot import torch; set PYTHON to an interpreter with PyTorch (docs/benchmarks.md), or install Debian's for /usr/bin/python3 (scripts/install-deps.sh --bench)" >&2
+    echo "all.sh: $python cannot import torch; set PYTHON to an interpreter with PyTorch 2.x (docs/benchmarks.md)" >&2
     exit 1
   }
   IFS=$'\t' read -r torch_version torch_origin torch_libs <<<"$torch"
@@ -111,7 +114,7 @@ machine_records() {
   local own="each benchmark's own (one epoch, a quarter for the ResNet)"
   bench_record meta epochs "${epochs:-$own}"
   local cmd="scripts/bench/all.sh${given[*]:+ ${given[*]}}"
-  if [[ -n "${PYTHON:-}" ]]; then
+  if [[ -n "$given_python" ]]; then
     [[ $torch_origin == "a virtual environment" ]] && cmd="PYTHON=/path/to/venv/bin/python $cmd" || cmd="PYTHON=$PYTHON $cmd"
   fi
   bench_record meta command "$cmd"

@@ -8,8 +8,8 @@
 #                          epochs, and --epochs=1 --limit=N (the first N training samples) for a
 #                          fraction below one, which trains as many steps as the twin's --epochs E
 #   bench_torch NAME       sets $ref, the PyTorch twin of the recipe (LAMP_TORCH_REF, by default
-#                          scripts/bench/torch_twin.py), $python (PYTHON, by default /usr/bin/python3,
-#                          whose PyTorch scripts/install-deps.sh --bench installs from Debian),
+#                          scripts/bench/torch_twin.py), $python (PYTHON, by default a virtual
+#                          environment with PyTorch 2.x from PyPI that torch_python makes once),
 #                          $torch_version, $torch_blas (torch's BLAS_INFO: "open" for OpenBLAS) and
 #                          $threads (the cores lamp's OpenBLAS uses, which PyTorch is given too), and
 #                          prints which PyTorch it found; or stops naming what is missing
@@ -45,12 +45,25 @@ lamp_epochs() {
   fi
 }
 
+# The interpreter the benchmarks run PyTorch with: PYTHON when set; else a virtual environment
+# (LAMP_TORCH_VENV, by default build/torch-venv) holding PyTorch 2.x from PyPI, made on first use.
+# The default wheel bundles CUDA libraries (about 5 GB): the benchmarks need it, the tests never do.
+torch_python() {
+  if [[ -n "${PYTHON:-}" ]]; then echo "$PYTHON"; return; fi
+  local venv=${LAMP_TORCH_VENV:-build/torch-venv}
+  if ! "$venv/bin/python" -c 'import torch, numpy' 2>/dev/null; then
+    echo "$1: installing PyTorch 2.x from PyPI into $venv (once; about 5 GB)" >&2
+    python3 -m venv "$venv" >&2 && "$venv/bin/pip" install -q 'torch>=2' numpy >&2 ||
+      { echo "$1: could not install PyTorch into $venv (pip needs PyPI; or set PYTHON to an interpreter with torch)" >&2; return 1; }
+  fi
+  echo "$venv/bin/python"
+}
+
 bench_torch() {
   ref=${LAMP_TORCH_REF:-scripts/bench/torch_twin.py}
-  python=${PYTHON:-/usr/bin/python3}
   [[ -f "$ref" ]] || { echo "$1: the PyTorch twin of the recipe is not found: $ref (LAMP_TORCH_REF)" >&2; exit 1; }
-  # Debian's python3-torch serves the default interpreter only; a PYTHON of one's own brings its own.
-  if [[ -z "${PYTHON:-}" ]]; then scripts/install-deps.sh --bench; else scripts/install-deps.sh; fi
+  scripts/install-deps.sh --bench
+  python=$(torch_python "$1") || exit 1
   local found
   found=$("$python" -c 'import re, torch
 blas = re.search(r"BLAS_INFO=([^,\s]+)", torch.__config__.show())
