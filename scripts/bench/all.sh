@@ -145,6 +145,17 @@ render() { # records
       for (i = 2; i <= n; i++) for (j = i; j > 1 && v[j - 1] + 0 > v[j] + 0; j--) { t = v[j]; v[j] = v[j - 1]; v[j - 1] = t }
       return n % 2 ? v[(n + 1) / 2] : (v[n / 2] + v[n / 2 + 1]) / 2
     }
+    # Scaling from 1 to 2 processes: the median over the repeats of the paired runs of each.
+    function scaling(k, what,   a, b, le, te, r) {
+      a = k "-1"; b = k "-2"
+      if (!((a in n) && (b in n) && (a in torch) && (b in torch))) return
+      le = te = ""
+      for (r = 1; r <= n[a] && r <= n[b]; r++) {
+        le = le " " sps[b, r] / (2 * sps[a, r]); te = te " " tsps[b, r] / (2 * tsps[a, r])
+      }
+      printf "\nScaling of %s from 1 to 2 processes (2-process samples/s over twice the 1-process): lamp %.1f %%, PyTorch %.1f %%.\n",
+        what, 100 * median(le), 100 * median(te)
+    }
     function grouped(x,   s, r) {
       s = sprintf("%.0f", x); r = ""
       while (length(s) > 3) { r = "," substr(s, length(s) - 2) r; s = substr(s, 1, length(s) - 3) }
@@ -158,7 +169,7 @@ render() { # records
     }
     $1 == "optim" { passes[++np] = $2; ms[np] = $3; gbs[np] = $4; pct[np] = $5 }
     END {
-      split("mlp mlp-bf16 mlp-fp16 resnet-fp32 resnet-bf16 resnet-fp16 ddp-1 ddp-2", order, " ")
+      split("mlp mlp-bf16 mlp-fp16 resnet-fp32 resnet-bf16 resnet-fp16 ddp-1 ddp-2 ddp-resnet-1 ddp-resnet-2", order, " ")
       label["mlp"] = "MLP fp32 (`mlp.sh`)"
       label["mlp-bf16"] = "MLP bf16 (`precision.sh`)"
       label["mlp-fp16"] = "MLP fp16 (`precision.sh`)"
@@ -167,6 +178,8 @@ render() { # records
       label["resnet-fp16"] = "small ResNet fp16 (`resnet.sh`)"
       label["ddp-1"] = "MLP fp32, 1 process × 1 thread (`ddp.sh`)"
       label["ddp-2"] = "MLP fp32, 2 processes × 1 thread (`ddp.sh`)"
+      label["ddp-resnet-1"] = "small ResNet fp32, 1 process × 1 thread (`ddp.sh`)"
+      label["ddp-resnet-2"] = "small ResNet fp32, 2 processes × 1 thread (`ddp.sh`)"
       printf "- Machine: %s, %s cores (%s), %s of memory, %s\n", meta["cpu"], meta["cores"], meta["features"],
         meta["memory"], meta["os"]
       printf "- %s, %s\n", meta["lamp"], meta["blas"]
@@ -182,14 +195,7 @@ render() { # records
           t ? grouped(median(torch[k])) : "—", t ? sprintf("%.2f×", median(ratio[k])) : "—",
           median(lacc[k]), t ? sprintf("%.2f %%", median(tacc[k])) : "—"
       }
-      if (("ddp-1" in n) && ("ddp-2" in n) && ("ddp-1" in torch) && ("ddp-2" in torch)) {
-        le = te = ""
-        for (r = 1; r <= n["ddp-1"] && r <= n["ddp-2"]; r++) {
-          le = le " " sps["ddp-2", r] / (2 * sps["ddp-1", r]); te = te " " tsps["ddp-2", r] / (2 * tsps["ddp-1", r])
-        }
-        printf "\nScaling from 1 to 2 processes (2-process samples/s over twice the 1-process): lamp %.1f %%, PyTorch %.1f %%.\n",
-          100 * median(le), 100 * median(te)
-      }
+      scaling("ddp", "the MLP"); scaling("ddp-resnet", "the small ResNet")
       if (np) {
         print "\n| optimizer pass (`optim.sh`, best of 10) | ms | GB/s | of memcpy |"
         print "|---|--:|--:|--:|"

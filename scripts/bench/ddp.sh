@@ -1,25 +1,29 @@
 #!/usr/bin/env bash
-# Benchmark: data-parallel scaling of lamp against PyTorch DDP (gloo), side by side in one run.
-# The reference MLP 784-1024-1024-10, global batch 128, fp32, SGD, one epoch of Fashion-MNIST:
+# Benchmark: data-parallel scaling of lamp against PyTorch DDP (gloo), side by side in one run, on
+# the reference MLP 784-1024-1024-10 (one epoch) and the small ResNet (a quarter epoch, as
+# resnet.sh), global batch 128, fp32, SGD with momentum, Fashion-MNIST:
 #
-#   lamp     1 rank  x 1 thread   OPENBLAS_NUM_THREADS=1 build/lamp scripts/fmnist_mlp.lua
-#   lamp     2 ranks x 1 thread   OPENBLAS_NUM_THREADS=1 scripts/lamp-run -n 2 scripts/fmnist_mlp.lua
+#   lamp     1 rank  x 1 thread   OPENBLAS_NUM_THREADS=1 build/lamp SCRIPT
+#   lamp     2 ranks x 1 thread   OPENBLAS_NUM_THREADS=1 scripts/lamp-run -n 2 SCRIPT
 #   pytorch  1 process  x 1 thread    torch_twin.py --threads 1
 #   pytorch  2 processes x 1 thread   torch_twin.py --threads 1, RANK/WORLD_SIZE/MASTER_ADDR/MASTER_PORT
 #
+# SCRIPT is scripts/fmnist_mlp.lua or scripts/fmnist_resnet.lua (the twin's --arch mlp or cnn).
 # Prints samples/s (all ranks together) and test accuracy of each run, and each framework's
 # scaling efficiency: 2-rank throughput / (2 x 1-rank throughput). PyTorch runs with the
 # OpenBLAS kernel lamp reports in `lamp --version` (OPENBLAS_CORETYPE), so that a PyTorch built on
 # OpenBLAS uses the same GEMM.
 #
 #   scripts/bench/ddp.sh [--repeat=N] [--epochs=E]
+# --epochs sets both workloads' length.
 # Environment: LAMP_BUILD_DIR (default build), LAMP_TORCH_REF, PYTHON (see common.sh).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 
 source scripts/bench/common.sh
+epochs_given=0
+for a in "$@"; do [[ "$a" == --epochs=* ]] && epochs_given=1; done
 bench_args ddp.sh "$@"
-lamp_epochs
 bench_torch ddp.sh
 
 build=${LAMP_BUILD_DIR:-build}
@@ -30,13 +34,20 @@ command -v mpirun >/dev/null || { echo "ddp.sh: mpirun not found (apt-get instal
 lamp_core=$(bench_core "$build/lamp")
 export OPENBLAS_NUM_THREADS=1
 
-lamp_1() { "$build/lamp" scripts/fmnist_mlp.lua "${epoch_args[@]}" 2>/dev/null | lamp_result; }
+# The workload of the runs below: its lamp script, the twin's --arch, its epochs and lamp's arguments.
+workload() { # script arch default-epochs
+  script=$1 arch=$2
+  ((epochs_given)) || epochs=$3
+  lamp_epochs
+}
+
+lamp_1() { "$build/lamp" "$script" "${epoch_args[@]}" 2>/dev/null | lamp_result; }
 lamp_2() {
-  LAMP_BIN="$build/lamp" LAMP_LOG=warn scripts/lamp-run -n 2 scripts/fmnist_mlp.lua "${epoch_args[@]}" 2>/dev/null |
+  LAMP_BIN="$build/lamp" LAMP_LOG=warn scripts/lamp-run -n 2 "$script" "${epoch_args[@]}" 2>/dev/null |
     lamp_result
 }
 torch_1() {
-  env ${lamp_core:+OPENBLAS_CORETYPE=$lamp_core} "$python" "$ref" --arch mlp --epochs "$epochs" --threads 1 \
+  env ${lamp_core:+OPENBLAS_CORETYPE=$lamp_core} "$python" "$ref" --arch "$arch" --epochs "$epochs" --threads 1 \
     2>/dev/null | torch_result
 }
 torch_2() {
@@ -44,7 +55,7 @@ torch_2() {
   out=$(mktemp -d)
   for r in 0 1; do
     env ${lamp_core:+OPENBLAS_CORETYPE=$lamp_core} MASTER_ADDR=127.0.0.1 MASTER_PORT=$port WORLD_SIZE=2 RANK=$r \
-      "$python" "$ref" --arch mlp --epochs "$epochs" --threads 1 >"$out/rank$r" 2>&1 &
+      "$python" "$ref" --arch "$arch" --epochs "$epochs" --threads 1 >"$out/rank$r" 2>&1 &
     pids+=($!)
   done
   for p in "${pids[@]}"; do wait "$p" || true; done
@@ -61,15 +72,23 @@ report() { # label, "samples/s accuracy%" -> sets last and last_acc
 }
 efficiency() { awk -v two="$2" -v one="$3" -v l="$1" 'BEGIN { printf "%-46s %9.1f%%  (%d / (2 x %d))\n", l, 100 * two / (2 * one), two, one }'; }
 
-printf "%-46s %10s %10s\n" "run (784-1024-1024-10, global batch 128, fp32)" "samples/s" "accuracy"
-for ((i = 1; i <= repeat; i++)); do
+# One repeat of a workload's four runs; its records are KEY-1 and KEY-2.
+scaling() { # key title
+  printf "%-46s %10s %10s\n" "run ($2)" "samples/s" "accuracy"
   report "lamp 1 rank x 1 thread (core $lamp_core)" "$(lamp_1)"; l1=$last l1_acc=$last_acc
   report "lamp 2 ranks x 1 thread (mpi)" "$(lamp_2)"; l2=$last l2_acc=$last_acc
   report "pytorch 1 process x 1 thread" "$(torch_1)"; t1=$last t1_acc=$last_acc
   report "pytorch DDP 2 processes x 1 thread (gloo)" "$(torch_2)"; t2=$last t2_acc=$last_acc
-  bench_record row ddp-1 "$l1" "$l1_acc" "$t1" "$t1_acc"
-  bench_record row ddp-2 "$l2" "$l2_acc" "$t2" "$t2_acc"
+  bench_record row "$1-1" "$l1" "$l1_acc" "$t1" "$t1_acc"
+  bench_record row "$1-2" "$l2" "$l2_acc" "$t2" "$t2_acc"
   efficiency "lamp scaling efficiency" "$l2" "$l1"
   efficiency "pytorch scaling efficiency" "$t2" "$t1"
   awk -v l="$l2" -v t="$t2" 'BEGIN { printf "%-46s %9.2fx\n", "lamp 2 ranks / pytorch DDP 2 processes", l / t }'
+}
+
+for ((i = 1; i <= repeat; i++)); do
+  workload scripts/fmnist_mlp.lua mlp 1
+  scaling ddp "784-1024-1024-10, global batch 128, fp32, $epochs epoch"
+  workload scripts/fmnist_resnet.lua cnn 0.25
+  scaling ddp-resnet "small ResNet, global batch 128, fp32, $epochs epoch"
 done
