@@ -31,6 +31,7 @@
 #define LAMP_CAP_NATIVE_16BIT_GEMM 0x1u /* lamp_gemm reads 16-bit inputs natively (else it widens) */
 #define LAMP_CAP_HOST_VIEW 0x2u         /* its memory has a host address (lamp_device_host_view) */
 #define LAMP_CAP_GRAPHS 0x4u            /* it records work as a graph and replays it (lamp_graph_begin) */
+#define LAMP_CAP_NATIVE_BF16_GEMM 0x8u  /* lamp_gemm reads bf16 A and B natively (not convolutions) */
 
 /* ---- devices, copies and ordering ------------------------------------------------------------ */
 
@@ -54,6 +55,8 @@ typedef struct lamp_device_info {
   char name[256];         /* "NVIDIA H200"; the processor's model name on the CPU */
   size_t memory;          /* bytes of device memory (the host's physical memory on the CPU); 0: unknown */
   int cc_major, cc_minor; /* CUDA compute capability (9.0 on an H200); 0.0 where there is none */
+  char gemm[128];         /* what computes its GEMMs, on the CPU "openblas" or "openblas; bf16: dnnl";
+                             "" where the backend does not say */
 } lamp_device_info;
 
 /* Device `ordinal` (in [0, lamp_device_count)) of `device`'s kind; fails as lamp_device_check, or

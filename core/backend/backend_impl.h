@@ -92,6 +92,11 @@ typedef struct lamp_backend {
   /* ---- stochastic rounding (backend interface 3; backend.h's lamp_round_stochastic) ---------- */
   lamp_status (*round_stochastic)(void *dst, lamp_dtype dst_dtype, const float *src, size_t n, uint64_t seed,
                                   uint64_t stream);
+
+  /* ---- capabilities known only at run time (backend interface 4; optional) ------------------ */
+  /* Bits added to `caps`, asked at every lamp_device_has: the CPU's LAMP_CAP_NATIVE_BF16_GEMM
+     depends on the GEMM libraries installed (core/backend/cpu/gemm_provider.h). */
+  unsigned (*caps_now)(void);
 } lamp_backend;
 
 /*

@@ -16,7 +16,7 @@
 #include "backend/backend_impl.h"
 
 /* Raised whenever lamp_backend (backend_impl.h) or the services below change shape or meaning. */
-#define LAMP_BACKEND_MODULE_VERSION 3
+#define LAMP_BACKEND_MODULE_VERSION 4
 
 /* What the core lends a module: its error and log functions (a module never prints, and its
    errors are the core's errors, read back with lamp_last_error). */

@@ -88,7 +88,9 @@ lamp_status lamp_device_check(lamp_device device) {
 
 int lamp_device_has(lamp_device device, unsigned caps) {
   const lamp_backend *b = backend_of(device);
-  return b != NULL && (b->caps & caps) == caps;
+  if (b == NULL) return 0;
+  unsigned have = b->caps | (b->caps_now != NULL ? b->caps_now() : 0u);
+  return (have & caps) == caps;
 }
 
 int lamp_device_count(lamp_device device) {

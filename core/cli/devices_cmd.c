@@ -5,6 +5,7 @@
 **
 **   cpu: available, 1 device
 **     cpu:0  Intel(R) Xeon(R) Platinum 8480+, 2015.6 GiB
+**       gemm: openblas; bf16: dnnl
 **   cuda: not available: device cuda: no CUDA driver: ...
 */
 #include <stdio.h>
@@ -30,6 +31,7 @@ static void print_devices(lamp_device d) {
     if (info.memory > 0) printf(", %.1f GiB", (double)info.memory / (1024.0 * 1024.0 * 1024.0));
     if (info.cc_major > 0) printf(", compute capability %d.%d", info.cc_major, info.cc_minor);
     printf("\n");
+    if (info.gemm[0] != '\0') printf("    gemm: %s\n", info.gemm);
   }
 }
 

@@ -1,7 +1,7 @@
 /*
 ** lamp.device() and lamp.devices(): which devices this process has, and which one the run trains
 ** on. A device is described by a plain table {name =, ordinal =, count =, device_name =, memory =,
-** compute_capability =}; lamp.device() also makes it the run device (what a Trainer defaults to and
+** compute_capability =, gemm =}; lamp.device() also makes it the run device (what a Trainer defaults to and
 ** what plugins are told). Asking for cuda loads its backend module: a device that cannot be used
 ** raises the reason (module not built, a library missing, no driver, no device).
 */
@@ -12,11 +12,12 @@
 #include "lua/lua_util.h"
 
 /* The table for device `ordinal` of a kind this process can use; raises when it cannot be
-   described. compute_capability ("9.0") only where the device has one. */
+   described. compute_capability ("9.0") and gemm ("openblas; bf16: dnnl") only where the device
+   has them. */
 static void push_device(lua_State *L, lamp_device device, int ordinal) {
   lamp_device_info info;
   lampL_check(L, lamp_device_describe(device, ordinal, &info));
-  lua_createtable(L, 0, 6);
+  lua_createtable(L, 0, 7);
   lua_pushstring(L, lamp_device_name(device));
   lua_setfield(L, -2, "name");
   lampL_setinteger(L, "ordinal", ordinal);
@@ -27,6 +28,10 @@ static void push_device(lua_State *L, lamp_device device, int ordinal) {
   if (info.cc_major > 0) {
     lua_pushfstring(L, "%d.%d", info.cc_major, info.cc_minor);
     lua_setfield(L, -2, "compute_capability");
+  }
+  if (info.gemm[0] != '\0') {
+    lua_pushstring(L, info.gemm);
+    lua_setfield(L, -2, "gemm");
   }
 }
 

@@ -165,7 +165,7 @@ static lamp_status linear_forward(lamp_layer *layer, const lamp_exec *exec, cons
   if (st == LAMP_OK) st = lamp_operand_get(&l->w_copy, exec, l->weight, out * in, 0, &wd);
   if (st != LAMP_OK) return st;
   void *yd = lamp_tensor_data(y);
-  lamp_dtype op = lamp_operand_dtype(exec);
+  lamp_dtype op = lamp_operand_dtype_of(&l->w_copy, exec);
   st = lamp_gemm(exec->device, 0, 1, rows, out, in, 1.0f, xd, op, in, wd, op, in, 0.0f, yd, y->dtype, out);
   if (st != LAMP_OK || !l->has_bias) return st;
   /* The bias joins the GEMM's inputs in the compute dtype too (autocast's addmm rounds it). */
@@ -191,7 +191,7 @@ static lamp_status linear_backward_input(lamp_layer *layer, const lamp_exec *exe
   st = lamp_operand_get(&l->dy_copy, exec, dy, rows * out, 0, &dyd);
   if (st == LAMP_OK) st = lamp_operand_get(&l->w_copy, exec, l->weight, out * in, 1, &wd);
   if (st != LAMP_OK) return st;
-  lamp_dtype op = lamp_operand_dtype(exec);
+  lamp_dtype op = lamp_operand_dtype_of(&l->w_copy, exec);
   return lamp_gemm(exec->device, 0, 0, rows, in, out, 1.0f, dyd, op, out, wd, op, in, 0.0f, lamp_tensor_data(dx),
                    dx->dtype, in);
 }
@@ -205,7 +205,7 @@ static lamp_status linear_backward_input(lamp_layer *layer, const lamp_exec *exe
 static lamp_status accumulate_weight_grad(linear *l, const lamp_exec *exec, const void *dyd, const void *xd,
                                           size_t rows) {
   size_t in = (size_t)l->in, out = (size_t)l->out;
-  lamp_dtype op = lamp_operand_dtype(exec);
+  lamp_dtype op = lamp_operand_dtype_of(&l->w_copy, exec);
   float *g = lamp_tensor_data(l->gweight);
   if (exec->grad_dtype == LAMP_F32 || exec->overwrite_grads) { /* straight into the slab */
     lamp_status st = lamp_gemm(exec->device, 1, 0, out, in, rows, 1.0f, dyd, op, out, xd, op, in,
@@ -319,6 +319,8 @@ lamp_status lamp_linear_new(lamp_layer **out, int64_t in_features, int64_t out_f
   l->in = in_features;
   l->out = out_features;
   l->has_bias = bias != 0;
+  /* The bias copy is added by add_bias_rows, not multiplied: it keeps the layers' common dtype. */
+  l->x_copy.gemm_only = l->w_copy.gemm_only = l->dy_copy.gemm_only = 1;
   *out = &l->base;
   return LAMP_OK;
 }

@@ -8,8 +8,11 @@
 
 #include "backend/backend_impl.h"
 #include "backend/cpu/cpu_backend.h"
+#include "backend/cpu/gemm_provider.h"
 
 static int cpu_count(void) { return 1; }
+
+unsigned lamp_cpu_caps_now(void) { return lamp_gemm_choice_has_bf16() ? LAMP_CAP_NATIVE_BF16_GEMM : 0u; }
 
 static lamp_status cpu_move(void *dst, const void *src, size_t bytes) {
   memmove(dst, src, bytes);
@@ -20,7 +23,8 @@ static void *cpu_host_view(const void *ptr) { return (void *)(uintptr_t)ptr; }
 
 /* OpenBLAS has no 16-bit GEMM we can use (Debian's build lacks sbgemm): 16-bit operands are
    widened to fp32 first, so no LAMP_CAP_NATIVE_16BIT_GEMM, and callers that reuse an operand keep
-   it widened themselves. */
+   it widened themselves. Where oneDNN's bf16 GEMM was chosen (gemm_provider.h), two bf16
+   operands are read as they are: LAMP_CAP_NATIVE_BF16_GEMM, known at run time. */
 const lamp_backend lamp_cpu_backend = {
     .memory = {"cpu", lamp_host_alloc, lamp_host_free, lamp_host_zero},
     .caps = LAMP_CAP_HOST_VIEW,
@@ -59,4 +63,5 @@ const lamp_backend lamp_cpu_backend = {
     .batchnorm_backward = lamp_cpu_batchnorm_backward,
     .describe = lamp_cpu_describe,
     .round_stochastic = lamp_cpu_round_stochastic,
+    .caps_now = lamp_cpu_caps_now,
 };

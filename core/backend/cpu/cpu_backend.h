@@ -70,6 +70,8 @@ lamp_status lamp_cpu_conv2d_backward(void **plan, const lamp_conv2d_args *a);
 void lamp_cpu_conv2d_plan_free(void *plan);
 lamp_status lamp_cpu_batchnorm_forward(const lamp_batchnorm_args *a);
 lamp_status lamp_cpu_batchnorm_backward(const lamp_batchnorm_args *a);
+/* LAMP_CAP_NATIVE_BF16_GEMM where the chosen GEMM providers have a bf16 GEMM, else 0. */
+unsigned lamp_cpu_caps_now(void);
 
 /*
 ** A parameter gradient's sum v (fp32) into its slab g, produced in grad_dtype: written when

@@ -1,12 +1,13 @@
 /*
 ** What the CPU device is, for lamp.device("cpu") and `lamp devices`: the processor's model name
-** (Linux's /proc/cpuinfo) and the machine's physical memory.
+** (Linux's /proc/cpuinfo), the machine's physical memory and the GEMM providers in use.
 */
 #include <stdio.h>
 #include <string.h>
 #include <unistd.h>
 
 #include "backend/cpu/cpu_backend.h"
+#include "backend/cpu/gemm_provider.h"
 
 /* The first "model name : ..." line's value into out; 0 when there is none (not every
    architecture's kernel writes one). */
@@ -34,5 +35,6 @@ lamp_status lamp_cpu_describe(int ordinal, lamp_device_info *out) {
   if (!model_name(out->name, sizeof out->name)) snprintf(out->name, sizeof out->name, "cpu");
   long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
   out->memory = pages > 0 && page > 0 ? (size_t)pages * (size_t)page : 0;
+  lamp_gemm_choice_describe(out->gemm, sizeof out->gemm);
   return LAMP_OK;
 }

@@ -1,20 +1,22 @@
 /*
-** GEMM: C[m,n] = alpha * op(A) op(B) + beta * C, row-major, through OpenBLAS's cblas_sgemm.
+** GEMM: C[m,n] = alpha * op(A) op(B) + beta * C, row-major, through the process's GEMM providers
+** (gemm_provider.h: OpenBLAS for fp32; oneDNN's bf16 GEMM where it is installed and the CPU has
+** AVX512_BF16).
 **
-** 16-bit operands are widened exactly to fp32 into a workspace and multiplied in fp32; a 16-bit
-** C is computed in an fp32 copy (read widened only when beta != 0) and rounded back once. The
-** widening costs O(mk + kn + mn) against the O(mnk) product, which is how PyTorch's CPU
-** autocast runs bf16 as well.
+** Two bf16 operands go to the bf16 GEMM as they are, where there is one. Otherwise 16-bit
+** operands are widened exactly to fp32 into a workspace and multiplied in fp32 (O(mk + kn + mn)
+** against the O(mnk) product). A 16-bit C is computed in an fp32 copy (read widened only when
+** beta != 0) and rounded back once.
 **
 ** Workspace: the calling thread's (workspace.c), kept between calls, so steady-state training
 ** allocates nothing and concurrent calls from different threads are safe.
 */
-#include <cblas.h>
 #include <limits.h>
 #include <stdint.h>
 
 #include "backend/backend.h"
 #include "backend/cpu/cpu_backend.h"
+#include "backend/cpu/gemm_provider.h"
 #include "base/error.h"
 #include "tensor/half.h"
 
@@ -99,8 +101,13 @@ static lamp_status gemm_cpu(int trans_a, int trans_b, size_t m, size_t n, size_t
     scale_c_only(c, c_dtype, m, n, ldc, beta);
     return LAMP_OK;
   }
-  size_t a_floats = region_floats(a->dtype, a->rows, a->cols);
-  size_t b_floats = region_floats(b->dtype, b->rows, b->cols);
+  lamp_gemm_choice choice = {NULL, NULL};
+  lamp_status s = lamp_gemm_choice_get(&choice);
+  if (s != LAMP_OK) return s;
+  /* Two bf16 operands go as they are to a provider with a bf16 GEMM; anything else in fp32. */
+  int native = choice.bf16 != NULL && a->dtype == LAMP_BF16 && b->dtype == LAMP_BF16;
+  size_t a_floats = native ? 0 : region_floats(a->dtype, a->rows, a->cols);
+  size_t b_floats = native ? 0 : region_floats(b->dtype, b->rows, b->cols);
   size_t c_floats = region_floats(c_dtype, m, n);
   float *a_region = NULL, *b_region = NULL, *c_region = NULL;
   if (a_floats + b_floats + c_floats > 0) {
@@ -109,23 +116,21 @@ static lamp_status gemm_cpu(int trans_a, int trans_b, size_t m, size_t n, size_t
     b_region = a_region + a_floats;
     c_region = b_region + b_floats;
   }
-  size_t lda, ldb;
-  const float *a32 = fp32_operand(a, a_region, &lda);
-  const float *b32 = fp32_operand(b, b_region, &ldb);
+  size_t lda = a->ld, ldb = b->ld;
+  const void *a_op = native ? a->data : fp32_operand(a, a_region, &lda);
+  const void *b_op = native ? b->data : fp32_operand(b, b_region, &ldb);
   float *c32 = c;
   size_t ldc32 = ldc;
   if (c_dtype != LAMP_F32) {
     c32 = c_region;
     ldc32 = n;
-    /* beta == 0 leaves the copy unread: sgemm overwrites it without reading. */
+    /* beta == 0 leaves the copy unread: the GEMM overwrites it without reading. */
     if (beta != 0.0f) widen_matrix(c32, &(stored_matrix){c, c_dtype, m, n, ldc});
   }
-  if (openblas_get_num_threads() > 1) lamp_cpu_pool_sleep(); /* its threads need the cores */
-  cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans,
-              trans_b ? CblasTrans : CblasNoTrans, (int)m, (int)n, (int)k, alpha, a32, (int)lda,
-              b32, (int)ldb, beta, c32, (int)ldc32);
-  if (c_dtype != LAMP_F32) narrow_matrix(c, c_dtype, ldc, c32, m, n);
-  return LAMP_OK;
+  s = lamp_gemm_run(native ? choice.bf16 : choice.f32, native, trans_a, trans_b, (int)m, (int)n, (int)k, alpha, a_op,
+                    (int)lda, b_op, (int)ldb, beta, c32, (int)ldc32);
+  if (s == LAMP_OK && c_dtype != LAMP_F32) narrow_matrix(c, c_dtype, ldc, c32, m, n);
+  return s;
 }
 
 /* ---- validation and dispatch --------------------------------------------------------------- */

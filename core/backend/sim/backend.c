@@ -10,8 +10,11 @@
 ** CUDA does (cuBLAS and cuDNN read fp16/bf16): the layers then hand its gemm and convolutions
 ** 16-bit operands and keep no widened fp32 copies; the CPU's gemm widens them exactly inside the
 ** operation, and so do this table's convolutions before calling the CPU's (ops.c). Widening is
-** exact and the products are the same fp32 values, so both tables train to the CPU's bits.
+** exact and the products are the same fp32 values, so both tables train to the CPU's bits. Both
+** also take the CPU's capabilities known at run time (caps_now): where the CPU's gemm reads bf16
+** natively, the layers hand both tables' gemm the bf16 operands they hand the CPU's.
 */
+#include "backend/cpu/cpu_backend.h"
 #include "backend/sim/sim.h"
 #include "backend/sim/sim_impl.h"
 
@@ -62,7 +65,8 @@ static int sim_count(void) { return 1; }
   .graph_end = lamp_sim_graph_end,                               \
   .graph_launch = lamp_sim_graph_launch,                         \
   .graph_free = lamp_sim_graph_free,                             \
-  .round_stochastic = lamp_sim_round_stochastic
+  .round_stochastic = lamp_sim_round_stochastic,                 \
+  .caps_now = lamp_cpu_caps_now
 
 const lamp_backend lamp_sim_backend = {SIM_TABLE, .caps = LAMP_CAP_HOST_VIEW | LAMP_CAP_GRAPHS,
                                        .conv2d_forward = lamp_sim_conv2d_forward,
