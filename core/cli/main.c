@@ -28,7 +28,7 @@ static void usage(FILE *out) {
           "       lamp --version | --help\n"
           "environment: LAMP_PLUGIN_PATH (';'-separated templates, '?' = name, '!' = kind),\n"
           "             LAMP_PLUGIN_DIR, LAMP_BACKEND_DIR (the folder holding cuda.so), LAMP_DATA_DIR,\n"
-          "             LAMP_LOG=error|warn|info|debug\n");
+          "             LAMP_LOG=error|warn|info|debug, LAMP_GEMM=openblas|dnnl|blis (the CPU's GEMM provider)\n");
 }
 
 int lamp_cli_main(int argc, char **argv) {
