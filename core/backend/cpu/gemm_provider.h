@@ -1,8 +1,9 @@
 /*
 ** The library that computes the CPU's fp32 GEMMs (gemm_provider.c). OpenBLAS is linked and
 ** always there; oneDNN and BLIS are opened with dlopen when their Debian packages are installed,
-** so a build and its tests need neither. One provider is chosen per process, on the first GEMM:
-** LAMP_GEMM=openblas|dnnl|blis when set, else the best one present for the CPU.
+** so a build and its tests need neither. The providers are chosen once per process, on the first
+** question: LAMP_GEMM=openblas|dnnl|blis when set, else the best ones present for the CPU
+** (lamp_gemm_choice_get). scripts/bench/gemm.sh measures them against each other.
 **
 ** Every provider computes C = alpha op(A) op(B) + beta C on row-major fp32 matrices; they differ
 ** in rounding (their kernels sum k in different orders), never in what they compute.
