@@ -1,6 +1,6 @@
 /*
 ** The CPU's GEMM providers (see gemm_provider.h). OpenBLAS is linked; oneDNN (libdnnl.so.2, its
-** dnnl_sgemm and dnnl_gemm_bf16bf16f32, row-major) and BLIS (libblis.so.4, its CBLAS) are opened
+** dnnl_sgemm and dnnl_gemm_bf16bf16f32, row-major) and BLIS (libblis.so.4, its bli_sgemm) are opened
 ** on demand, so lamp builds and runs without them.
 **
 ** Threads: OpenBLAS runs its own (their count is OpenBLAS's). oneDNN and BLIS are held to the
@@ -69,16 +69,20 @@ static void dnnl_gemm_bf16(int trans_a, int trans_b, int m, int n, int k, float 
 
 /* ---- BLIS (dlopen) ------------------------------------------------------------------------- */
 
-typedef void (*cblas_sgemm_fn)(int, int, int, int, int, int, float, const float *, int, const float *, int, float,
-                               float *, int);
+/* Its typed API, bli_sgemm: every matrix by a row and a column stride (BLIS's dim_t and inc_t are
+   64-bit on x86-64), so a transposed operand is the same memory with its strides swapped and no
+   BLAS name is involved (OpenBLAS's sgemm_ would win a lookup by name). */
+typedef void (*bli_sgemm_fn)(int, int, int64_t, int64_t, int64_t, const float *, const float *, int64_t, int64_t,
+                             const float *, int64_t, int64_t, const float *, float *, int64_t, int64_t);
 typedef void (*bli_threads_fn)(int64_t);
 
-static cblas_sgemm_fn blis_cblas_sgemm;
+static bli_sgemm_fn bli_sgemm;
 
 static void blis_sgemm(int trans_a, int trans_b, int m, int n, int k, float alpha, const float *a, int lda,
                        const float *b, int ldb, float beta, float *c, int ldc) {
-  blis_cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans, trans_b ? CblasTrans : CblasNoTrans, m, n, k,
-                   alpha, a, lda, b, ldb, beta, c, ldc);
+  int64_t rsa = trans_a ? 1 : lda, csa = trans_a ? lda : 1;
+  int64_t rsb = trans_b ? 1 : ldb, csb = trans_b ? ldb : 1;
+  bli_sgemm(0, 0, m, n, k, &alpha, a, rsa, csa, b, rsb, csb, &beta, c, ldc, 1); /* 0: BLIS_NO_TRANSPOSE */
 }
 
 /* ---- loading ----------------------------------------------------------------------------- */
@@ -97,10 +101,9 @@ static void refuse(slot *s, const char *why) {
   snprintf(s->message, sizeof s->message, "gemm: provider '%s' is not available: %s", s->provider.name, why);
 }
 
-/* dlopen's handle of `library`, or NULL with the slot refused. RTLD_DEEPBIND: the library's own
-   calls bind to its own symbols first, not to OpenBLAS's BLAS that lamp already has loaded. */
-static void *open_library(slot *s, const char *library, int deep) {
-  void *h = dlopen(library, RTLD_NOW | RTLD_LOCAL | (deep ? RTLD_DEEPBIND : 0));
+/* dlopen's handle of `library`, or NULL with the slot refused. */
+static void *open_library(slot *s, const char *library) {
+  void *h = dlopen(library, RTLD_NOW | RTLD_LOCAL);
   if (h == NULL) refuse(s, dlerror());
   s->provider.library = library;
   return h;
@@ -123,7 +126,7 @@ static void load_openblas(void) {
 static void load_dnnl(void) {
   slot *s = &slots[1];
   s->provider = (lamp_gemm_provider){.name = "dnnl"};
-  void *h = open_library(s, "libdnnl.so.2", 0);
+  void *h = open_library(s, "libdnnl.so.2");
   if (h == NULL) return;
   *(void **)&dnnl.sgemm = symbol(s, h, "dnnl_sgemm");
   *(void **)&dnnl.bf16 = symbol(s, h, "dnnl_gemm_bf16bf16f32");
@@ -137,9 +140,9 @@ static void load_dnnl(void) {
 static void load_blis(void) {
   slot *s = &slots[2];
   s->provider = (lamp_gemm_provider){.name = "blis"};
-  void *h = open_library(s, "libblis.so.4", 1);
+  void *h = open_library(s, "libblis.so.4");
   if (h == NULL) return;
-  *(void **)&blis_cblas_sgemm = symbol(s, h, "cblas_sgemm");
+  *(void **)&bli_sgemm = symbol(s, h, "bli_sgemm");
   bli_threads_fn set_threads;
   *(void **)&set_threads = symbol(s, h, "bli_thread_set_num_threads");
   if (s->status != LAMP_OK) return;
