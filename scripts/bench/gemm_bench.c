@@ -248,5 +248,7 @@ int main(int argc, char **argv) {
         cfg[i].seconds[(size_t)r * N_SHAPES + si] = time_call(&cfg[i], &shapes[si], &o, min_s);
       }
   print_table(cfg, n_cfg, repeat);
+  for (int i = 0; i < n_cfg; i++) free(cfg[i].seconds);
+  free(o.a), free(o.b), free(o.c), free(o.a32), free(o.b32), free(o.a16), free(o.b16), free(ref), free(got);
   return 0;
 }
