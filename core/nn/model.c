@@ -32,6 +32,7 @@ struct lamp_model {
   size_t n_params;
   size_t n_bound; /* parameters bound into the layers, unbound again on failure and free */
   size_t numel;
+  size_t slab_numel;     /* numel rounded up to config.slab_multiple */
   lamp_tensor *weights, *master, *grads;
   lamp_tensor *staging;  /* fp32 copy for the optimizer when 16-bit weights have no masters */
   lamp_tensor *bound;    /* the slab the layers read their weights from (see bind_param) */
@@ -89,7 +90,7 @@ static void teardown(lamp_model *m) {
   m->inits = NULL;
   m->buffers = NULL;
   m->buffer_inits = NULL;
-  m->n_params = m->numel = 0;
+  m->n_params = m->numel = m->slab_numel = 0;
   m->n_buffers = m->buffer_numel = 0;
   m->has_keep_f32 = 0;
   m->built = 0;
@@ -218,9 +219,17 @@ static lamp_status build_buffers(lamp_model *m) {
   return st;
 }
 
+/* The slabs' length: a sharded run cuts them into equal pieces per rank, so it rounds them up
+   (lamp_mem_alloc zero-fills the tail, which no parameter uses). */
+static size_t padded_numel(const lamp_model *m) {
+  size_t k = m->config.slab_multiple > 1 ? (size_t)m->config.slab_multiple : 1;
+  return (m->numel + k - 1) / k * k;
+}
+
 static lamp_status alloc_slabs(lamp_model *m) {
   const lamp_model_config *c = &m->config;
-  int64_t shape[1] = {(int64_t)m->numel};
+  m->slab_numel = padded_numel(m);
+  int64_t shape[1] = {(int64_t)m->slab_numel};
   lamp_status st = lamp_tensor_new(&m->weights, c->weight_dtype, c->device, 1, shape, LAMP_MEM_PARAMS);
   if (st == LAMP_OK && c->master_weights)
     st = lamp_tensor_new(&m->master, LAMP_F32, c->device, 1, shape, LAMP_MEM_MASTER);
@@ -304,6 +313,7 @@ static lamp_status bind_param(lamp_model *m, size_t i) {
 */
 static lamp_tensor *slab_for_layers(const lamp_model *m) {
   const lamp_model_config *c = &m->config;
+  if (c->slab_multiple > 1) return m->weights; /* the masters go: the shards keep them */
   if (m->master != NULL && c->weight_dtype == c->compute_dtype && !c->stochastic_rounding &&
       !lamp_device_has(c->device, LAMP_CAP_NATIVE_16BIT_GEMM))
     return m->master;
@@ -399,6 +409,15 @@ lamp_tensor *lamp_model_weights(lamp_model *model) {
   return model->weights;
 }
 lamp_tensor *lamp_model_master(const lamp_model *model) { return model->master; }
+size_t lamp_model_slab_numel(const lamp_model *model) { return model->slab_numel; }
+
+lamp_status lamp_model_release_master(lamp_model *model) {
+  if (model->config.slab_multiple <= 1)
+    return lamp_error(LAMP_ERR_INVALID_USAGE, "model: release_master needs a model built for sharding (slab_multiple > 1)");
+  lamp_tensor_release(model->master);
+  model->master = NULL;
+  return LAMP_OK;
+}
 lamp_tensor *lamp_model_grads(const lamp_model *model) { return model->grads; }
 
 float *lamp_model_trainable(const lamp_model *model) {

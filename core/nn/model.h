@@ -22,6 +22,11 @@ typedef struct lamp_model_config {
   lamp_dtype grad_dtype;       /* parameter gradients are produced in this dtype (f32 default) */
   int stochastic_rounding;     /* 16-bit weights: updates are rounded in stochastically (see
                                   lamp_model_update_weights); the layers then always read them */
+  /* The optimizer's fp32 values are kept sharded outside the model (the trainer's ZeRO-1): the
+     slabs hold a multiple of slab_multiple elements (the tail past numel zero), the layers read
+     the weights slab, and lamp_model_release_master drops the master slab once it has served the
+     initialisation. 0 or 1: unsharded. */
+  int slab_multiple;
 } lamp_model_config;
 
 /* One parameter tensor's place in the slabs. */
@@ -78,6 +83,16 @@ void lamp_model_set_host_slot(lamp_model *model, unsigned slot);
    its data is current until the next optimizer step. */
 lamp_tensor *lamp_model_weights(lamp_model *model);
 lamp_tensor *lamp_model_master(const lamp_model *model);  /* f32 slab, NULL without masters */
+
+/* Elements each slab holds: numel, rounded up to the config's slab_multiple. */
+size_t lamp_model_slab_numel(const lamp_model *model);
+
+/*
+** Sharded training (slab_multiple > 1) only: frees the master slab, whose values the caller has
+** taken. Afterwards lamp_model_trainable is NULL under a 16-bit policy, and the caller writes the
+** weights slab itself (sync_weights and update_weights have nothing to round from).
+*/
+lamp_status lamp_model_release_master(lamp_model *model);
 lamp_tensor *lamp_model_grads(const lamp_model *model);   /* f32 slab [numel] */
 
 /*
