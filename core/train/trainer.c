@@ -331,6 +331,10 @@ static void log_start(const lamp_trainer *t) {
            (t->policy.flags & LAMP_POLICY_STOCHASTIC_ROUNDING) ? ", stochastic rounding" : "",
            t->stats.world, t->stats.world == 1 ? "" : "s", t->config.accum, t->base_lr,
            lamp_schedule_name(t->config.schedule.kind));
+  if (t->zero.on)
+    lamp_log(LAMP_LOG_INFO, "trainer", "shard_optimizer: the optimizer state%s sharded over %d ranks, %zu of %zu elements on each",
+             t->zero.master != NULL ? " and the fp32 master weights" : "", t->stats.world, lamp_zero_shard_numel(t),
+             lamp_model_numel(t->model));
 }
 
 lamp_status lamp_trainer_new(lamp_trainer **out, const lamp_trainer_config *config) {

@@ -1,0 +1,63 @@
+#!/usr/bin/env bash
+# ZeRO-1 checkpoints under scripts/lamp-run -n 2 (tests/cli/resume_run.lua --zero=1): a sharded
+# run writes the whole state in the unsharded format, so
+#   - 10 sharded steps leave the same checkpoint, byte for byte, as 10 unsharded steps;
+#   - 20 sharded steps straight == 10 sharded + save + resume sharded + 10 (byte-identical);
+#   - the sharded checkpoint resumed unsharded on 2 ranks, and an unsharded one resumed sharded,
+#     also end byte-identical to the straight run (2 ranks sum the same two numbers either way);
+#   - the sharded checkpoint resumes on 1 rank (a sum in another order: it trains on, and ends
+#     byte-identical to 1 rank resuming the unsharded checkpoint).
+# Usage: test_zero_resume.sh SOURCE_DIR LAMP_BINARY
+set -u
+src=$1
+export LAMP_BIN=$2
+run="$src/tests/cli/resume_run.lua"
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+passed=0
+failed=0
+check() { if [[ $2 -eq 0 ]]; then passed=$((passed + 1)); else failed=$((failed + 1)); echo "FAILED: $1"; fi; }
+two() { timeout 200 "$src/scripts/lamp-run" -n 2 --timeout 60 "$run" "$@"; }
+one() { OPENBLAS_NUM_THREADS=1 timeout 200 "$LAMP_BIN" "$run" "$@"; }
+same() { # name, a, b, logs...
+  local name=$1 a=$2 b=$3
+  shift 3
+  cmp -s "$a" "$b"
+  local st=$?
+  check "$name" $st
+  [[ $st -ne 0 ]] && tail -5 "$@"
+}
+
+zero_case() { # name, arguments...
+  local name=$1
+  shift
+  local d="$tmp/$name"
+  mkdir -p "$d"
+  two "$@" --zero=1 --steps=20 --save="$d/straight.lamp" >"$d/straight.log" 2>&1; check "$name: 20 sharded steps" $?
+  grep -q "shard_optimizer: the optimizer state.* sharded over 2 ranks" "$d/straight.log"
+  check "$name: the run was sharded" $?
+  two "$@" --zero=1 --steps=10 --save="$d/half.lamp" >"$d/first.log" 2>&1; check "$name: 10 sharded steps" $?
+  two "$@" --steps=10 --save="$d/plain-half.lamp" >"$d/plain.log" 2>&1; check "$name: 10 unsharded steps" $?
+  same "$name: the sharded checkpoint is the unsharded one" "$d/half.lamp" "$d/plain-half.lamp" "$d/first.log" "$d/plain.log"
+  two "$@" --zero=1 --steps=10 --resume="$d/half.lamp" --save="$d/resumed.lamp" >"$d/second.log" 2>&1
+  check "$name: resumed sharded" $?
+  same "$name: sharded -> sharded byte-identical to 20 straight" "$d/straight.lamp" "$d/resumed.lamp" "$d/second.log"
+  two "$@" --steps=10 --resume="$d/half.lamp" --save="$d/unsharded.lamp" >"$d/unsharded.log" 2>&1
+  check "$name: resumed unsharded" $?
+  same "$name: sharded -> unsharded byte-identical" "$d/straight.lamp" "$d/unsharded.lamp" "$d/unsharded.log"
+  two "$@" --zero=1 --steps=10 --resume="$d/plain-half.lamp" --save="$d/from-plain.lamp" >"$d/from-plain.log" 2>&1
+  check "$name: unsharded checkpoint resumed sharded" $?
+  same "$name: unsharded -> sharded byte-identical" "$d/straight.lamp" "$d/from-plain.lamp" "$d/from-plain.log"
+  one "$@" --steps=10 --resume="$d/half.lamp" --save="$d/one.lamp" >"$d/one.log" 2>&1
+  check "$name: the sharded checkpoint resumes on 1 rank" $?
+  one "$@" --steps=10 --resume="$d/plain-half.lamp" --save="$d/one-plain.lamp" >"$d/one-plain.log" 2>&1
+  same "$name: 1 rank from it == 1 rank from the unsharded one" "$d/one.lamp" "$d/one-plain.lamp" "$d/one.log"
+}
+
+zero_case fp32-sgd --precision=fp32 --optim=sgd
+zero_case bf16-adamw --precision=bf16 --optim=adamw
+zero_case fp16-adamw-accum2-clip --precision=fp16 --optim=adamw --accum=2 --clip=0.5
+zero_case fp32-sgd-resnet --precision=fp32 --net=resnet --limit=256
+
+echo "ZeRO-1 resume under mpirun: $passed passed, $failed failed"
+[[ $failed -eq 0 ]]
