@@ -259,8 +259,9 @@ static lamp_status check_state_fits(const lamp_trainer *t) {
     if (slabs[i] != NULL) model_bytes = lamp_size_mul_add(1, model_bytes, lamp_tensor_nbytes(slabs[i]));
   uint64_t bytes = lamp_size_mul_add(n, (uint64_t)t->n_slots * sizeof(float), model_bytes);
   return lamp_check_fits(t->config.device, bytes, NULL,
-                         "Trainer: the model (%llu bytes) with the state of optimizer '%s' (%u fp32 values per parameter, %zu parameters)",
-                         (unsigned long long)model_bytes, lamp_optim_handle(t->config.optim)->desc->name, (unsigned)t->n_slots, n);
+                         "Trainer: the model (%llu bytes) with the state of optimizer '%s' (%u fp32 values per parameter, %zu parameters%s)",
+                         (unsigned long long)model_bytes, lamp_optim_handle(t->config.optim)->desc->name, (unsigned)t->n_slots, n,
+                         t->zero.on ? " in this rank's shard" : "");
 }
 
 /* The slots were checked when the optimizer was opened (count and dtype): allocate them. */
@@ -572,8 +573,7 @@ static void clip_coefficient(lamp_trainer *t, double unscale, double *coef) {
 
 /* ZeRO-1: the step over this rank's pieces, then the weights all-gathered (zero_shards.h). */
 static lamp_status sharded_step(lamp_trainer *t, double lr, double grad_scale) {
-  lamp_optim_step step = {.device = t->config.device, .slots = t->slots, .step = t->stats.steps + 1, .lr = lr,
-                          .grad_scale = grad_scale};
+  lamp_optim_step step = {.device = t->config.device, .step = t->stats.steps + 1, .lr = lr, .grad_scale = grad_scale};
   lamp_status st = lamp_zero_step(t, &step);
   if (st != LAMP_OK) return st;
   t->stats.lr = lr;

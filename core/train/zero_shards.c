@@ -93,17 +93,22 @@ lamp_status lamp_zero_init(lamp_trainer *t) {
   return st == LAMP_OK ? lamp_model_release_master(t->model) : st;
 }
 
+/* The whole-slab buffers of a checkpoint, if any. */
+static void free_full(lamp_zero_state *z) {
+  lamp_mem_free(z->full_master);
+  z->full_master = NULL;
+  for (uint32_t j = 0; j < LAMP_OPTIM_MAX_SLOTS; j++) {
+    lamp_mem_free(z->full_slots[j]);
+    z->full_slots[j] = NULL;
+  }
+}
+
 void lamp_zero_free(lamp_zero_state *z) {
   lamp_mem_free(z->master);
   free(z->cut);
   z->master = NULL;
   z->cut = NULL;
-  lamp_mem_free(z->full_master);
-  z->full_master = NULL;
-  for (int i = 0; i < LAMP_OPTIM_MAX_SLOTS; i++) {
-    lamp_mem_free(z->full_slots[i]);
-    z->full_slots[i] = NULL;
-  }
+  free_full(z);
 }
 
 /* ---- the step ------------------------------------------------------------------------------- */
@@ -223,15 +228,7 @@ lamp_status lamp_zero_open_full(lamp_trainer *t) {
   return LAMP_OK;
 }
 
-void lamp_zero_close_full(lamp_trainer *t) {
-  lamp_zero_state *z = &t->zero;
-  lamp_mem_free(z->full_master);
-  z->full_master = NULL;
-  for (uint32_t j = 0; j < LAMP_OPTIM_MAX_SLOTS; j++) {
-    lamp_mem_free(z->full_slots[j]);
-    z->full_slots[j] = NULL;
-  }
-}
+void lamp_zero_close_full(lamp_trainer *t) { free_full(&t->zero); }
 
 /* A shard array into its whole slab (every rank's pieces), bucket by bucket. */
 static lamp_status gather_array(lamp_trainer *t, const float *shard, float *whole) {
