@@ -6,7 +6,8 @@
 #   - the sharded checkpoint resumed unsharded on 2 ranks, and an unsharded one resumed sharded,
 #     also end byte-identical to the straight run (2 ranks sum the same two numbers either way);
 #   - the sharded checkpoint resumes on 1 rank (a sum in another order: it trains on, and ends
-#     byte-identical to 1 rank resuming the unsharded checkpoint).
+#     byte-identical to 1 rank resuming the unsharded checkpoint);
+#   - with two buckets, and on 3 ranks with a padded slab and a bucket cut inside a parameter.
 # Usage: test_zero_resume.sh SOURCE_DIR LAMP_BINARY
 set -u
 src=$1
@@ -58,6 +59,32 @@ zero_case fp32-sgd --precision=fp32 --optim=sgd
 zero_case bf16-adamw --precision=bf16 --optim=adamw
 zero_case fp16-adamw-accum2-clip --precision=fp16 --optim=adamw --accum=2 --clip=0.5
 zero_case fp32-sgd-resnet --precision=fp32 --net=resnet --limit=256
+# Buckets of 1 KiB: the slab goes in two, each reduce-scattered as backward finishes it.
+zero_case bf16-adamw-two-buckets --precision=bf16 --optim=adamw --bucket_mb=0.001
+grep -q "gradient buckets: 2" "$tmp/bf16-adamw-two-buckets/straight.log"
+check "two buckets" $?
+
+# 3 ranks: the slab of 50890 parameters is padded to 50892, 16964 elements per rank, in two
+# buckets cut at element 50238, inside the first layer's bias (its offsets are not multiples of
+# 3). 20 sharded steps == 10 + resume + 10, and the 3-rank checkpoint re-shards onto 2 ranks (the
+# same as 2 unsharded ranks resuming it).
+three() { timeout 200 "$src/scripts/lamp-run" -n 3 --timeout 60 "$run" --batch=48 "$@"; }
+d="$tmp/three"
+mkdir -p "$d"
+args=(--precision=bf16 --optim=adamw --bucket_mb=0.001)
+three "${args[@]}" --zero=1 --steps=20 --save="$d/straight.lamp" >"$d/straight.log" 2>&1; check "3 ranks: 20 sharded steps" $?
+grep -q "sharded over 3 ranks, 16964 of 50890 elements on each" "$d/straight.log"
+check "3 ranks: 16964 of 50890 elements on each" $?
+grep -q "gradient buckets: 2" "$d/straight.log"
+check "3 ranks: two buckets" $?
+three "${args[@]}" --zero=1 --steps=10 --save="$d/half.lamp" >"$d/first.log" 2>&1; check "3 ranks: 10 sharded steps" $?
+three "${args[@]}" --zero=1 --steps=10 --resume="$d/half.lamp" --save="$d/resumed.lamp" >"$d/second.log" 2>&1
+check "3 ranks: resumed sharded" $?
+same "3 ranks: sharded -> sharded byte-identical to 20 straight" "$d/straight.lamp" "$d/resumed.lamp" "$d/second.log"
+two "${args[@]}" --batch=48 --zero=1 --steps=6 --resume="$d/half.lamp" --save="$d/two.lamp" >"$d/two.log" 2>&1
+check "3 sharded ranks -> 2 sharded ranks" $?
+two "${args[@]}" --batch=48 --steps=6 --resume="$d/half.lamp" --save="$d/two-plain.lamp" >"$d/two-plain.log" 2>&1
+same "3 sharded ranks -> 2 sharded == 2 unsharded" "$d/two.lamp" "$d/two-plain.lamp" "$d/two.log" "$d/two-plain.log"
 
 echo "ZeRO-1 resume under mpirun: $passed passed, $failed failed"
 [[ $failed -eq 0 ]]
