@@ -24,9 +24,8 @@ static lamp_status check_comm(const lamp_trainer *t) {
 
 /*
 ** The shards keep the fp32 values the optimizer updates: the fp32 weights, or the masters of
-** 16-bit ones. A 16-bit policy without masters has no fp32 truth to shard; stochastic rounding
-** draws its random words by the index of a whole-slab conversion; and a keep_f32 parameter
-** (BatchNorm's) is read from the fp32 masters, which no rank holds whole any more.
+** 16-bit ones. A 16-bit policy without masters has no fp32 truth to shard, and stochastic
+** rounding draws its random words by the index of a whole-slab conversion.
 */
 static lamp_status check_policy(const lamp_trainer *t) {
   const lamp_precision_policy *p = &t->policy;
@@ -38,12 +37,6 @@ static lamp_status check_policy(const lamp_trainer *t) {
   if (p->flags & LAMP_POLICY_STOCHASTIC_ROUNDING)
     return lamp_error(LAMP_ERR_UNSUPPORTED, "Trainer: shard_optimizer does not support stochastic rounding (precision '%s'): its random words follow whole-slab element order",
                       precision_name(t));
-  for (size_t i = 0; i < lamp_model_n_params(t->model); i++) {
-    const lamp_model_param *q = lamp_model_param_at(t->model, i);
-    if (q->keep_f32)
-      return lamp_error(LAMP_ERR_UNSUPPORTED, "Trainer: shard_optimizer with %s weights cannot hold parameter %s, which is read in fp32 from the master weights; train it with fp32 weights (precision 'fp32')",
-                        w, q->name);
-  }
   return LAMP_OK;
 }
 
@@ -73,6 +66,31 @@ static size_t piece_params(const lamp_trainer *t, const lamp_grad_bucket *k) {
   return numel - start < k->piece ? numel - start : k->piece;
 }
 
+/* Whether bucket k holds elements of a parameter read in fp32 (lamp_model_kept). */
+static int holds_kept(const lamp_trainer *t, const lamp_grad_bucket *k) {
+  for (size_t i = 0; i < lamp_model_n_params(t->model); i++) {
+    const lamp_model_param *p = lamp_model_param_at(t->model, i);
+    if (lamp_model_kept(t->model, i) != NULL && p->offset < k->offset + k->count && p->offset + p->count > k->offset)
+      return 1;
+  }
+  return 0;
+}
+
+/* The fp32 all-gather of the buckets that hold such parameters: room for the largest of them. */
+static lamp_status alloc_wide(lamp_trainer *t) {
+  size_t largest = 0;
+  t->zero.kept_buckets = calloc(t->buckets.n ? t->buckets.n : 1, 1);
+  if (t->zero.kept_buckets == NULL) return lamp_error(LAMP_ERR_SYSTEM, "Trainer: out of memory for the shard layout");
+  for (size_t i = 0; i < t->buckets.n; i++) {
+    const lamp_grad_bucket *k = &t->buckets.buckets[i];
+    t->zero.kept_buckets[i] = (unsigned char)holds_kept(t, k);
+    if (t->zero.kept_buckets[i] && k->count > largest) largest = k->count;
+  }
+  if (largest == 0) return LAMP_OK;
+  t->zero.wide = lamp_mem_alloc(t->config.device, LAMP_MEM_WORKSPACE, largest * sizeof(float));
+  return t->zero.wide != NULL ? LAMP_OK : LAMP_ERR_SYSTEM;
+}
+
 lamp_status lamp_zero_init(lamp_trainer *t) {
   lamp_zero_state *z = &t->zero;
   if (!z->on) return LAMP_OK;
@@ -80,11 +98,12 @@ lamp_status lamp_zero_init(lamp_trainer *t) {
   if (z->cut == NULL) return lamp_error(LAMP_ERR_SYSTEM, "Trainer: out of memory for the shard layout");
   lamp_tensor *master = lamp_model_master(t->model);
   if (master == NULL) return LAMP_OK; /* fp32 weights: updated in place, piece by piece */
+  lamp_status st = alloc_wide(t);
+  if (st != LAMP_OK) return st;
   size_t shard = t->buckets.shard_numel;
   z->master = lamp_mem_alloc(t->config.device, LAMP_MEM_MASTER, (shard ? shard : 1) * sizeof(float));
   if (z->master == NULL) return LAMP_ERR_SYSTEM;
   const float *whole = lamp_tensor_data(master);
-  lamp_status st = LAMP_OK;
   for (size_t i = 0; st == LAMP_OK && i < t->buckets.n; i++) {
     const lamp_grad_bucket *k = &t->buckets.buckets[i];
     st = lamp_copy(t->config.device, z->master + k->shard_offset, t->config.device, whole + piece_start(t, k),
@@ -105,9 +124,13 @@ static void free_full(lamp_zero_state *z) {
 
 void lamp_zero_free(lamp_zero_state *z) {
   lamp_mem_free(z->master);
+  lamp_mem_free(z->wide);
   free(z->cut);
+  free(z->kept_buckets);
   z->master = NULL;
+  z->wide = NULL;
   z->cut = NULL;
+  z->kept_buckets = NULL;
   free_full(z);
 }
 
@@ -181,6 +204,29 @@ static lamp_status update_piece(lamp_trainer *t, const lamp_optim_step *whole, c
 ** update, is the send buffer (MPI forbids sending from inside the receive buffer), large enough
 ** for fp32. The conversion rounds to nearest, as the unsharded step's does.
 */
+/*
+** A bucket holding parameters read in fp32 (BatchNorm's, under a 16-bit policy) gathers the fp32
+** masters instead: the whole bucket is rounded into the weights here, as each rank would round
+** its piece, and those parameters' values go to their fp32 slab.
+*/
+static lamp_status gather_wide(lamp_trainer *t, const lamp_grad_bucket *k, const float *params) {
+  lamp_device dev = t->config.device;
+  lamp_tensor *w = lamp_model_weights(t->model);
+  lamp_status st = lamp_comm_all_gather(t->config.comm, params, t->zero.wide, k->piece, LAMP_F32, dev);
+  if (st == LAMP_OK)
+    st = lamp_convert(dev, (char *)lamp_tensor_data(w) + k->offset * lamp_dtype_size(w->dtype), w->dtype, t->zero.wide,
+                      LAMP_F32, k->count);
+  for (size_t i = 0; st == LAMP_OK && i < lamp_model_n_params(t->model); i++) {
+    const lamp_model_param *p = lamp_model_param_at(t->model, i);
+    float *kept = lamp_model_kept(t->model, i);
+    size_t lo = p->offset > k->offset ? p->offset : k->offset;
+    size_t hi = p->offset + p->count < k->offset + k->count ? p->offset + p->count : k->offset + k->count;
+    if (kept != NULL && lo < hi)
+      st = lamp_copy(dev, kept + (lo - p->offset), dev, t->zero.wide + (lo - k->offset), (hi - lo) * sizeof(float));
+  }
+  return st;
+}
+
 static lamp_status gather_piece(lamp_trainer *t, const lamp_grad_bucket *k, const float *params) {
   lamp_device dev = t->config.device;
   lamp_tensor *w = lamp_model_weights(t->model);
@@ -201,7 +247,7 @@ lamp_status lamp_zero_step(lamp_trainer *t, lamp_optim_step *step) {
     const lamp_grad_bucket *k = &t->buckets.buckets[i];
     float *params = z->master != NULL ? z->master + k->shard_offset : weights + piece_start(t, k);
     st = update_piece(t, step, k, params);
-    if (st == LAMP_OK) st = gather_piece(t, k, params);
+    if (st == LAMP_OK) st = z->kept_buckets != NULL && z->kept_buckets[i] ? gather_wide(t, k, params) : gather_piece(t, k, params);
   }
   return st;
 }
@@ -270,5 +316,5 @@ lamp_status lamp_zero_scatter_full(lamp_trainer *t) {
   lamp_tensor *w = lamp_model_weights(t->model);
   if (st == LAMP_OK)
     st = lamp_convert(t->config.device, lamp_tensor_data(w), w->dtype, z->full_master, LAMP_F32, lamp_model_numel(t->model));
-  return st;
+  return st == LAMP_OK ? lamp_model_load_kept(t->model, z->full_master) : st;
 }

@@ -8,6 +8,8 @@
 #   - the sharded checkpoint resumes on 1 rank (a sum in another order: it trains on, and ends
 #     byte-identical to 1 rank resuming the unsharded checkpoint);
 #   - with two buckets, and on 3 ranks with a padded slab and a bucket cut inside a parameter.
+# The cases: fp32, bf16 and fp16; sgd and adamw; accumulation, clipping; the MLP, the ResNet and
+# the CNN (BatchNorm, Dropout).
 # Usage: test_zero_resume.sh SOURCE_DIR LAMP_BINARY
 set -u
 src=$1
@@ -59,6 +61,9 @@ zero_case fp32-sgd --precision=fp32 --optim=sgd
 zero_case bf16-adamw --precision=bf16 --optim=adamw
 zero_case fp16-adamw-accum2-clip --precision=fp16 --optim=adamw --accum=2 --clip=0.5
 zero_case fp32-sgd-resnet --precision=fp32 --net=resnet --limit=256
+# BatchNorm's parameters, read in fp32 under a 16-bit policy, are gathered in fp32.
+zero_case bf16-adamw-resnet --precision=bf16 --optim=adamw --net=resnet --limit=256
+zero_case fp16-sgd-cnn-accum2 --precision=fp16 --net=cnn --accum=2 --limit=256
 # Buckets of 1 KiB: the slab goes in two, each reduce-scattered as backward finishes it.
 zero_case bf16-adamw-two-buckets --precision=bf16 --optim=adamw --bucket_mb=0.001
 grep -q "gradient buckets: 2" "$tmp/bf16-adamw-two-buckets/straight.log"

@@ -15,8 +15,8 @@
 **   4. fp16, accum 2, +inf poked into a gradient element on rank 1 only, which rank 0 owns: both
 **      ranks skip the step, halve the scale, keep their parameters, and take the next one.
 **   5. Refusals, with their messages: ranks disagreeing on shard_optimizer, compress with it, a
-**      bf16 policy without masters, stochastic rounding, a BatchNorm under bf16, and optimizers
-**      that need whole tensors (tests/bad_plugins/tensortable.so, the Muon example).
+**      bf16 policy without masters, stochastic rounding, and optimizers that need whole tensors
+**      (tests/bad_plugins/tensortable.so, the Muon example).
 */
 #include <math.h>
 #include <stdint.h>
@@ -101,7 +101,6 @@ typedef struct spec {
   int shard, accum;
   double clip;
   lamp_dtype compress;
-  lamp_layer *net; /* NULL: the MLP */
 } spec;
 
 typedef struct run {
@@ -117,7 +116,7 @@ static lamp_status run_open(run *r, lamp_comm *comm, const spec *s) {
   OK(lamp_precision_open(&r->prec, s->precision, s->prec_opts, s->n_prec_opts));
   OK(lamp_optim_open(&r->optim, s->optim, s->optim_opts, s->n_optim_opts));
   OK(lamp_cross_entropy_new(&r->loss));
-  lamp_layer *net = s->net != NULL ? s->net : mlp();
+  lamp_layer *net = mlp();
   lamp_trainer_config cfg = {.model = net, .loss = r->loss, .precision = r->prec, .comm = comm, .optim = r->optim,
                              .device = LAMP_CPU, .accum = s->accum ? s->accum : 1, .clip = s->clip,
                              .schedule = {.kind = LAMP_SCHEDULE_COSINE, .total = STEPS + 5}, .seed = 11,
@@ -358,12 +357,6 @@ static void expect_step_refusal(lamp_comm *mpi, const char *plugin, const batche
   run_close(&r);
 }
 
-static lamp_layer *batchnorm_net(void) {
-  lamp_layer *bn;
-  OK(lamp_batchnorm2d_new(&bn, 4, NULL));
-  return bn;
-}
-
 static void check_refusals(lamp_comm *mpi, const batches *d) {
   spec s = {.precision = "fp32", .optim = "sgd", .optim_opts = SGD, .n_optim_opts = 2, .shard = rank == 0};
   expect_refusal(mpi, &s,
@@ -389,11 +382,6 @@ static void check_refusals(lamp_comm *mpi, const batches *d) {
                  "Trainer: shard_optimizer does not support stochastic rounding (precision 'bf16'): its random words "
                  "follow whole-slab element order",
                  0);
-  s.prec_opts = NULL, s.n_prec_opts = 0, s.net = batchnorm_net();
-  expect_refusal(mpi, &s,
-                 "Trainer: shard_optimizer with bf16 weights cannot hold parameter weight, which is read in fp32 "
-                 "from the master weights; train it with fp32 weights (precision 'fp32')",
-                 0);
   const char *why = "Trainer: shard_optimizer steps optimizer '%s' over this rank's pieces of the slab, without whole "
                     "tensors: ";
   char want[256];
@@ -401,7 +389,7 @@ static void check_refusals(lamp_comm *mpi, const batches *d) {
   expect_step_refusal(mpi, LAMP_BAD_PLUGIN_DIR "/tensortable.so", d, want);
   snprintf(want, sizeof want, why, "muon");
   expect_step_refusal(mpi, LAMP_BAD_PLUGIN_DIR "/muon.so", d, want);
-  if (rank == 0) printf("refusals: disagreement, compress, no masters, stochastic rounding, BatchNorm, whole tensors\n");
+  if (rank == 0) printf("refusals: disagreement, compress, no masters, stochastic rounding, whole tensors\n");
 }
 
 int main(void) {

@@ -144,14 +144,13 @@ if command -v mpirun >/dev/null && [[ -f "$(dirname "$lamp")/plugins/comm/mpi.so
     check "mpi-$net: the mpi communicator ran" $?
     same "mpi-$net" "$d/cpu.lamp" "$d/sim.lamp" "$d/cpu.log" "$d/sim.log"
   done
-  # ZeRO-1 on the sim (reduce-scatter, the step over each rank's pieces, all-gather): the same
-  # checkpoint as 2 unsharded ranks on the cpu. The ResNet trains fp32 (its BatchNorm parameters
-  # are read from fp32 masters, which sharding does not keep under a 16-bit policy).
+  # ZeRO-1 on the sim (reduce-scatter, the step over each rank's pieces, all-gather; the
+  # ResNet's BatchNorm parameters gathered in fp32): the same checkpoint as 2 unsharded ranks on
+  # the cpu.
   for net in mlp resnet; do
     d="$tmp/zero-$net"
     mkdir -p "$d"
     precision=bf16
-    [[ $net == resnet ]] && precision=fp32
     LAMP_BIN="$lamp" "$src/scripts/lamp-run" -n 2 "$run" --net=$net --precision=$precision --accum=2 --clip=0.5 \
       --limit=256 --steps=6 --save="$d/cpu.lamp" >"$d/cpu.log" 2>&1
     check "zero-$net: 2 unsharded ranks on the cpu" $?
