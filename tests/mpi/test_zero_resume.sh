@@ -20,7 +20,26 @@ trap 'rm -rf "$tmp"' EXIT
 passed=0
 failed=0
 check() { if [[ $2 -eq 0 ]]; then passed=$((passed + 1)); else failed=$((failed + 1)); echo "FAILED: $1"; fi; }
-two() { timeout 200 "$src/scripts/lamp-run" -n 2 --timeout 60 "$run" "$@"; }
+ran() { # name, status, log: a run that failed shows why
+  check "$1" "$2"
+  [[ $2 -eq 0 ]] || tail -n 15 "$3"
+}
+# lamp-run, rarely (about 1 run in 40), finds no exit status for a rank that finished (the status
+# folder is empty: scripts/lamp-run's report); with some 50 runs here, such a run goes again once.
+launch() { # ranks, arguments...
+  local n=$1 out st
+  shift
+  out=$(timeout 200 "$src/scripts/lamp-run" -n "$n" --timeout 60 "$run" "$@" 2>&1)
+  st=$?
+  if [[ $st -ne 0 && "$out" == *"ended without an exit status"* ]]; then
+    printf '%s\n(lamp-run found no exit status: once more)\n' "$out"
+    out=$(timeout 200 "$src/scripts/lamp-run" -n "$n" --timeout 60 "$run" "$@" 2>&1)
+    st=$?
+  fi
+  printf '%s\n' "$out"
+  return $st
+}
+two() { launch 2 "$@"; }
 one() { OPENBLAS_NUM_THREADS=1 timeout 200 "$LAMP_BIN" "$run" "$@"; }
 same() { # name, a, b, logs...
   local name=$1 a=$2 b=$3
@@ -36,23 +55,23 @@ zero_case() { # name, arguments...
   shift
   local d="$tmp/$name"
   mkdir -p "$d"
-  two "$@" --zero=1 --steps=20 --save="$d/straight.lamp" >"$d/straight.log" 2>&1; check "$name: 20 sharded steps" $?
+  two "$@" --zero=1 --steps=20 --save="$d/straight.lamp" >"$d/straight.log" 2>&1; ran "$name: 20 sharded steps" $? "$d/straight.log"
   grep -q "shard_optimizer: the optimizer state.* sharded over 2 ranks" "$d/straight.log"
   check "$name: the run was sharded" $?
-  two "$@" --zero=1 --steps=10 --save="$d/half.lamp" >"$d/first.log" 2>&1; check "$name: 10 sharded steps" $?
-  two "$@" --steps=10 --save="$d/plain-half.lamp" >"$d/plain.log" 2>&1; check "$name: 10 unsharded steps" $?
+  two "$@" --zero=1 --steps=10 --save="$d/half.lamp" >"$d/first.log" 2>&1; ran "$name: 10 sharded steps" $? "$d/first.log"
+  two "$@" --steps=10 --save="$d/plain-half.lamp" >"$d/plain.log" 2>&1; ran "$name: 10 unsharded steps" $? "$d/plain.log"
   same "$name: the sharded checkpoint is the unsharded one" "$d/half.lamp" "$d/plain-half.lamp" "$d/first.log" "$d/plain.log"
   two "$@" --zero=1 --steps=10 --resume="$d/half.lamp" --save="$d/resumed.lamp" >"$d/second.log" 2>&1
-  check "$name: resumed sharded" $?
+  ran "$name: resumed sharded" $? "$d/second.log"
   same "$name: sharded -> sharded byte-identical to 20 straight" "$d/straight.lamp" "$d/resumed.lamp" "$d/second.log"
   two "$@" --steps=10 --resume="$d/half.lamp" --save="$d/unsharded.lamp" >"$d/unsharded.log" 2>&1
-  check "$name: resumed unsharded" $?
+  ran "$name: resumed unsharded" $? "$d/unsharded.log"
   same "$name: sharded -> unsharded byte-identical" "$d/straight.lamp" "$d/unsharded.lamp" "$d/unsharded.log"
   two "$@" --zero=1 --steps=10 --resume="$d/plain-half.lamp" --save="$d/from-plain.lamp" >"$d/from-plain.log" 2>&1
-  check "$name: unsharded checkpoint resumed sharded" $?
+  ran "$name: unsharded checkpoint resumed sharded" $? "$d/from-plain.log"
   same "$name: unsharded -> sharded byte-identical" "$d/straight.lamp" "$d/from-plain.lamp" "$d/from-plain.log"
   one "$@" --steps=10 --resume="$d/half.lamp" --save="$d/one.lamp" >"$d/one.log" 2>&1
-  check "$name: the sharded checkpoint resumes on 1 rank" $?
+  ran "$name: the sharded checkpoint resumes on 1 rank" $? "$d/one.log"
   one "$@" --steps=10 --resume="$d/plain-half.lamp" --save="$d/one-plain.lamp" >"$d/one-plain.log" 2>&1
   same "$name: 1 rank from it == 1 rank from the unsharded one" "$d/one.lamp" "$d/one-plain.lamp" "$d/one.log"
 }
@@ -73,21 +92,21 @@ check "two buckets" $?
 # buckets cut at element 50238, inside the first layer's bias (its offsets are not multiples of
 # 3). 20 sharded steps == 10 + resume + 10, and the 3-rank checkpoint re-shards onto 2 ranks (the
 # same as 2 unsharded ranks resuming it).
-three() { timeout 200 "$src/scripts/lamp-run" -n 3 --timeout 60 "$run" --batch=48 "$@"; }
+three() { launch 3 --batch=48 "$@"; }
 d="$tmp/three"
 mkdir -p "$d"
 args=(--precision=bf16 --optim=adamw --bucket_mb=0.001)
-three "${args[@]}" --zero=1 --steps=20 --save="$d/straight.lamp" >"$d/straight.log" 2>&1; check "3 ranks: 20 sharded steps" $?
+three "${args[@]}" --zero=1 --steps=20 --save="$d/straight.lamp" >"$d/straight.log" 2>&1; ran "3 ranks: 20 sharded steps" $? "$d/straight.log"
 grep -q "sharded over 3 ranks, 16964 of 50890 elements on each" "$d/straight.log"
 check "3 ranks: 16964 of 50890 elements on each" $?
 grep -q "gradient buckets: 2" "$d/straight.log"
 check "3 ranks: two buckets" $?
-three "${args[@]}" --zero=1 --steps=10 --save="$d/half.lamp" >"$d/first.log" 2>&1; check "3 ranks: 10 sharded steps" $?
+three "${args[@]}" --zero=1 --steps=10 --save="$d/half.lamp" >"$d/first.log" 2>&1; ran "3 ranks: 10 sharded steps" $? "$d/first.log"
 three "${args[@]}" --zero=1 --steps=10 --resume="$d/half.lamp" --save="$d/resumed.lamp" >"$d/second.log" 2>&1
-check "3 ranks: resumed sharded" $?
+ran "3 ranks: resumed sharded" $? "$d/second.log"
 same "3 ranks: sharded -> sharded byte-identical to 20 straight" "$d/straight.lamp" "$d/resumed.lamp" "$d/second.log"
 two "${args[@]}" --batch=48 --zero=1 --steps=6 --resume="$d/half.lamp" --save="$d/two.lamp" >"$d/two.log" 2>&1
-check "3 sharded ranks -> 2 sharded ranks" $?
+ran "3 sharded ranks -> 2 sharded ranks" $? "$d/two.log"
 two "${args[@]}" --batch=48 --steps=6 --resume="$d/half.lamp" --save="$d/two-plain.lamp" >"$d/two-plain.log" 2>&1
 same "3 sharded ranks -> 2 sharded == 2 unsharded" "$d/two.lamp" "$d/two-plain.lamp" "$d/two.log" "$d/two-plain.log"
 
