@@ -24,12 +24,12 @@
 typedef struct lamp_trainer lamp_trainer;
 
 typedef struct lamp_zero_state {
-  int on;                 /* several ranks and shard_optimizer */
+  int on;                      /* several ranks and shard_optimizer */
   int rank, world;
-  float *master;          /* this rank's fp32 masters [shard], NULL where the fp32 weights are updated in place */
-  lamp_optim_segment *cut; /* scratch: the segments cut to one piece */
+  float *master;               /* this rank's fp32 masters [shard], NULL where the fp32 weights are updated in place */
+  lamp_optim_segment *cut;     /* scratch: the segments cut to one piece */
   unsigned char *kept_buckets; /* 16-bit weights: which buckets hold parameters read in fp32 (gathered in fp32) */
-  float *wide;            /* the fp32 all-gather of such a bucket [its count], or NULL */
+  float *wide;                 /* the fp32 all-gather of such a bucket [its count], or NULL */
   /* While a checkpoint is saved or resumed: the whole slabs (workspace), NULL otherwise. */
   float *full_master;
   float *full_slots[LAMP_OPTIM_MAX_SLOTS];
