@@ -5,7 +5,7 @@
 --       [--wd=] [--accum=1] [--clip=0] [--schedule=cosine|warmup_cosine|step|constant] [--warmup=0]
 --       [--data=fashion-mnist] [--limit=N] [--bucket_mb=25] [--compress=none|bf16|fp16]
 --       [--save=DIR] [--save_every=STEPS] [--keep=3] [--resume=DIR] [--start_over] [--device=cpu]
---       [--metrics=FILE] [--master_weights=true|false] [--stochastic_rounding]
+--       [--metrics=FILE] [--master_weights=true|false] [--stochastic_rounding] [--zero=0|1]
 --
 -- --master_weights and --stochastic_rounding set the fp16/bf16 precision options of those names:
 -- --precision=bf16 --master_weights=false rounds every update into the bf16 weights, to nearest
@@ -27,6 +27,9 @@
 -- and --optim also take a plugin's path (./lion.so) or a name found on LAMP_PLUGIN_PATH; such an
 -- optimizer keeps its own defaults unless --lr or --wd is given.
 --
+-- --zero=1 shards the optimizer state and fp32 master weights over the ranks (ZeRO-1, the
+-- Trainer's shard_optimizer; docs/ddp.md); with one rank it changes nothing.
+--
 -- --batch is the global batch: under scripts/lamp-run -n N each rank takes batch/N samples a step
 -- from its own shard (comm "auto" picks mpi under mpirun, single otherwise).
 package.path = arg[0]:gsub("[^/]*$", "") .. "lib/?.lua;" .. package.path
@@ -39,7 +42,7 @@ local args = lamp.parse_args(arg, {
   precision = "fp32", comm = "auto", optim = "sgd", schedule = "cosine", warmup = 0, accum = 1, clip = 0,
   data = "fashion-mnist", limit = 0, bucket_mb = 25, compress = "none",
   save = "", save_every = 0, keep = 3, resume = "", start_over = false, device = "cpu", metrics = "",
-  master_weights = "policy", stochastic_rounding = false,
+  master_weights = "policy", stochastic_rounding = false, zero = 0,
 })
 
 local function hidden_sizes(spec)
@@ -90,7 +93,8 @@ end
 local trainer = lamp.Trainer { model = model, loss = nn.CrossEntropy(), precision = precision, comm = comm,
                                optim = optim, schedule = schedules[args.schedule](), seed = args.seed,
                                accum = args.accum, clip = args.clip, bucket_mb = args.bucket_mb,
-                               compress = args.compress, metrics = training.metrics(args) }
+                               compress = args.compress, metrics = training.metrics(args),
+                               shard_optimizer = training.shard_optimizer(args) }
 
 lamp.log0(tostring(model))
 lamp.log0(string.format("%d parameters, %d training samples, batch %d x accum %d, %d optimizer steps, %s %s %s",

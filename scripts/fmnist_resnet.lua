@@ -5,8 +5,9 @@
 --       [--precision=fp32|fp16|bf16] [--comm=auto] [--optim=sgd|adam|adamw] [--lr=] [--momentum=0.9]
 --       [--wd=] [--accum=1] [--clip=0] [--schedule=cosine|constant] [--limit=N]
 --       [--save=DIR] [--save_every=STEPS] [--keep=3] [--resume=DIR] [--start_over] [--metrics=FILE]
+--       [--zero=0|1]
 --
--- --save, --resume, --start_over and --metrics work as in scripts/fmnist_mlp.lua.
+-- --save, --resume, --start_over, --metrics and --zero work as in scripts/fmnist_mlp.lua.
 -- The default recipe is the reference one: SGD lr 0.05, momentum 0.9, batch 128, the learning
 -- rate falling to 0 along a cosine over the run (PyTorch reaches 89.7 % after 3 epochs).
 -- Images are [1, 28, 28], normalised as the reference does ((x/255 - 0.2860) / 0.3530).
@@ -22,7 +23,7 @@ local args = lamp.parse_args(arg, {
   epochs = 3, batch = 128, lr = "auto", momentum = 0.9, wd = "auto", seed = 0, precision = "fp32",
   comm = "auto", optim = "sgd", schedule = "cosine", accum = 1, clip = 0, limit = 0, data = "fashion-mnist",
   save = "", save_every = 0, keep = 3, resume = "", start_over = false, bucket_mb = 25, device = "cpu",
-  metrics = "",
+  metrics = "", zero = 0,
 })
 
 lamp.device(args.device) -- before the communicator: "auto" asks the plugins, which see the run device
@@ -46,7 +47,7 @@ local trainer = lamp.Trainer {
   model = model, loss = nn.CrossEntropy(), precision = precision, comm = comm, optim = optim,
   schedule = args.schedule == "cosine" and lamp.lr.cosine { total = total_steps } or lamp.lr.constant(),
   seed = args.seed, accum = args.accum, clip = args.clip, bucket_mb = args.bucket_mb,
-  metrics = training.metrics(args),
+  metrics = training.metrics(args), shard_optimizer = training.shard_optimizer(args),
 }
 lamp.log0(tostring(model))
 lamp.log0(string.format("%d parameters, %d training samples, batch %d x accum %d, %d optimizer steps, %s %s %s",

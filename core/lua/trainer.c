@@ -12,7 +12,7 @@ enum { UV_PRECISION = 1, UV_COMM, UV_OPTIM, UV_COUNT = UV_OPTIM };
 
 static const char *const trainer_fields[] = {"model", "loss",     "precision", "comm",         "optim",     "accum",
                                              "clip",  "schedule", "seed",      "param_groups", "bucket_mb", "compress",
-                                             "device", "max_skipped", "graphs", "metrics", NULL};
+                                             "device", "max_skipped", "graphs", "metrics", "shard_optimizer", NULL};
 static const char *const group_fields[] = {"match", "lr_mult", "decay", NULL};
 
 static void *required_object(lua_State *L, const char *field, const char *tname, const char *hint) {
@@ -160,6 +160,7 @@ static int trainer_new(lua_State *L) {
                                                  LUA_MAXINTEGER);
   c.max_skipped = max_skipped == 0 ? -1 : (int64_t)max_skipped;
   c.compress = read_compress(L);
+  c.shard_optimizer = lampL_optfield_boolean(L, 1, "Trainer", "shard_optimizer", 0);
   c.schedule = read_schedule(L);
   /* graphs = true | false; absent: wherever the device and the run allow them */
   if (lua_getfield(L, 1, "graphs") != LUA_TNIL)

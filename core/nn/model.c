@@ -32,6 +32,7 @@ struct lamp_model {
   size_t n_params;
   size_t n_bound; /* parameters bound into the layers, unbound again on failure and free */
   size_t numel;
+  size_t slab_numel;     /* numel rounded up to config.slab_multiple */
   lamp_tensor *weights, *master, *grads;
   lamp_tensor *staging;  /* fp32 copy for the optimizer when 16-bit weights have no masters */
   lamp_tensor *bound;    /* the slab the layers read their weights from (see bind_param) */
@@ -43,6 +44,11 @@ struct lamp_model {
   size_t buffer_numel;
   lamp_tensor *buffer_slab; /* fp32 [buffer_numel], NULL without buffers */
   int has_keep_f32;      /* some parameter is read in fp32 under every policy */
+  /* Sharded with 16-bit weights: the keep_f32 parameters' fp32 values, packed (each rank keeps
+     only its share of the masters, and the layers read these); kept_at[i] is parameter i's
+     offset there. NULL otherwise. */
+  lamp_tensor *kept;
+  size_t *kept_at;
   uint64_t forwards;     /* training forwards so far: Dropout's masks derive from it */
   uint64_t rng_streams;  /* stochastic layers seen in the current forward */
   unsigned host_slot;    /* the next forwards' exec.host_slot */
@@ -79,7 +85,10 @@ static void teardown(lamp_model *m) {
   lamp_tensor_release(m->grads);
   lamp_tensor_release(m->staging);
   lamp_tensor_release(m->buffer_slab);
-  m->weights = m->master = m->grads = m->staging = m->bound = m->buffer_slab = NULL;
+  lamp_tensor_release(m->kept);
+  free(m->kept_at);
+  m->kept_at = NULL;
+  m->weights = m->master = m->grads = m->staging = m->bound = m->buffer_slab = m->kept = NULL;
   m->weights_stale = 0;
   free(m->params);
   free(m->inits);
@@ -89,7 +98,7 @@ static void teardown(lamp_model *m) {
   m->inits = NULL;
   m->buffers = NULL;
   m->buffer_inits = NULL;
-  m->n_params = m->numel = 0;
+  m->n_params = m->numel = m->slab_numel = 0;
   m->n_buffers = m->buffer_numel = 0;
   m->has_keep_f32 = 0;
   m->built = 0;
@@ -218,9 +227,31 @@ static lamp_status build_buffers(lamp_model *m) {
   return st;
 }
 
+/* The slabs' length: a sharded run cuts them into equal pieces per rank, so it rounds them up
+   (lamp_mem_alloc zero-fills the tail, which no parameter uses). */
+static size_t padded_numel(const lamp_model *m) {
+  size_t k = m->config.slab_multiple > 1 ? (size_t)m->config.slab_multiple : 1;
+  return (m->numel + k - 1) / k * k;
+}
+
+/* The packed fp32 slab of the keep_f32 parameters, for a sharded model with 16-bit weights. */
+static lamp_status alloc_kept(lamp_model *m) {
+  m->kept_at = calloc(m->n_params, sizeof *m->kept_at);
+  if (m->kept_at == NULL) return lamp_error(LAMP_ERR_SYSTEM, "model: out of memory");
+  size_t n = 0;
+  for (size_t i = 0; i < m->n_params; i++)
+    if (m->params[i].keep_f32) {
+      m->kept_at[i] = n;
+      n += m->params[i].count;
+    }
+  int64_t shape[1] = {(int64_t)(n ? n : 1)};
+  return lamp_tensor_new(&m->kept, LAMP_F32, m->config.device, 1, shape, LAMP_MEM_PARAMS);
+}
+
 static lamp_status alloc_slabs(lamp_model *m) {
   const lamp_model_config *c = &m->config;
-  int64_t shape[1] = {(int64_t)m->numel};
+  m->slab_numel = padded_numel(m);
+  int64_t shape[1] = {(int64_t)m->slab_numel};
   lamp_status st = lamp_tensor_new(&m->weights, c->weight_dtype, c->device, 1, shape, LAMP_MEM_PARAMS);
   if (st == LAMP_OK && c->master_weights)
     st = lamp_tensor_new(&m->master, LAMP_F32, c->device, 1, shape, LAMP_MEM_MASTER);
@@ -230,6 +261,7 @@ static lamp_status alloc_slabs(lamp_model *m) {
      are lost, which is exactly what a policy without masters means. */
   if (st == LAMP_OK && c->weight_dtype != LAMP_F32 && !c->master_weights)
     st = lamp_tensor_new(&m->staging, LAMP_F32, c->device, 1, shape, LAMP_MEM_WORKSPACE);
+  if (st == LAMP_OK && c->slab_multiple > 1 && c->weight_dtype != LAMP_F32 && m->has_keep_f32) st = alloc_kept(m);
   return st;
 }
 
@@ -277,14 +309,16 @@ static lamp_status init_params(lamp_model *m) {
 */
 static lamp_tensor *slab_for_param(const lamp_model *m, const lamp_model_param *p) {
   if (!p->keep_f32 || m->bound->dtype == LAMP_F32) return m->bound;
+  if (m->kept != NULL) return m->kept; /* sharded: the masters are not whole */
   return m->master != NULL ? m->master : m->staging;
 }
 
 /* Gives parameter i its weight and gradient views; the layer retains them, we drop ours. */
 static lamp_status bind_param(lamp_model *m, size_t i) {
   const lamp_model_param *p = &m->params[i];
-  lamp_tensor *w = NULL, *g = NULL;
-  lamp_status st = lamp_tensor_view(&w, slab_for_param(m, p), p->offset, p->ndim, p->shape);
+  lamp_tensor *w = NULL, *g = NULL, *slab = slab_for_param(m, p);
+  size_t at = slab == m->kept && m->kept != NULL ? m->kept_at[i] : p->offset;
+  lamp_status st = lamp_tensor_view(&w, slab, at, p->ndim, p->shape);
   if (st == LAMP_OK) st = lamp_tensor_view(&g, m->grads, p->offset, p->ndim, p->shape);
   if (st == LAMP_OK) st = m->root->ops->bind(m->root, i, w, g);
   lamp_tensor_release(w);
@@ -304,6 +338,7 @@ static lamp_status bind_param(lamp_model *m, size_t i) {
 */
 static lamp_tensor *slab_for_layers(const lamp_model *m) {
   const lamp_model_config *c = &m->config;
+  if (c->slab_multiple > 1) return m->weights; /* the masters go: the shards keep them */
   if (m->master != NULL && c->weight_dtype == c->compute_dtype && !c->stochastic_rounding &&
       !lamp_device_has(c->device, LAMP_CAP_NATIVE_16BIT_GEMM))
     return m->master;
@@ -399,6 +434,15 @@ lamp_tensor *lamp_model_weights(lamp_model *model) {
   return model->weights;
 }
 lamp_tensor *lamp_model_master(const lamp_model *model) { return model->master; }
+size_t lamp_model_slab_numel(const lamp_model *model) { return model->slab_numel; }
+
+lamp_status lamp_model_release_master(lamp_model *model) {
+  if (model->config.slab_multiple <= 1)
+    return lamp_error(LAMP_ERR_INVALID_USAGE, "model: release_master needs a model built for sharding (slab_multiple > 1)");
+  lamp_tensor_release(model->master);
+  model->master = NULL;
+  return LAMP_OK;
+}
 lamp_tensor *lamp_model_grads(const lamp_model *model) { return model->grads; }
 
 float *lamp_model_trainable(const lamp_model *model) {
@@ -414,8 +458,26 @@ static lamp_status require_built(const lamp_model *model, const char *what) {
   return LAMP_OK;
 }
 
+lamp_status lamp_model_load_kept(lamp_model *model, const float *fp32) {
+  lamp_status st = LAMP_OK;
+  for (size_t i = 0; model->kept != NULL && st == LAMP_OK && i < model->n_params; i++) {
+    const lamp_model_param *p = &model->params[i];
+    if (p->keep_f32)
+      st = lamp_copy(model->config.device, (float *)lamp_tensor_data(model->kept) + model->kept_at[i],
+                     model->config.device, fp32 + p->offset, p->count * sizeof(float));
+  }
+  return st;
+}
+
+float *lamp_model_kept(const lamp_model *model, size_t i) {
+  if (model->kept == NULL || i >= model->n_params || !model->params[i].keep_f32) return NULL;
+  return (float *)lamp_tensor_data(model->kept) + model->kept_at[i];
+}
+
 lamp_status lamp_model_sync_weights(lamp_model *model) {
   lamp_status st = require_built(model, "sync_weights");
+  if (st == LAMP_OK && model->kept != NULL && model->master != NULL) /* sharded: the initial values */
+    st = lamp_model_load_kept(model, lamp_tensor_data(model->master));
   if (st != LAMP_OK) return st;
   if (model->bound == model->master && model->master != NULL) { /* the layers read the masters */
     model->weights_stale = 1;

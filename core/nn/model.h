@@ -22,6 +22,12 @@ typedef struct lamp_model_config {
   lamp_dtype grad_dtype;       /* parameter gradients are produced in this dtype (f32 default) */
   int stochastic_rounding;     /* 16-bit weights: updates are rounded in stochastically (see
                                   lamp_model_update_weights); the layers then always read them */
+  /* The optimizer's fp32 values are kept sharded outside the model (the trainer's ZeRO-1): the
+     slabs hold a multiple of slab_multiple elements (the tail past numel zero), the layers read
+     the weights slab (keep_f32 parameters a packed fp32 slab: lamp_model_kept), and
+     lamp_model_release_master drops the master slab once it has served the initialisation.
+     0 or 1: unsharded. */
+  int slab_multiple;
 } lamp_model_config;
 
 /* One parameter tensor's place in the slabs. */
@@ -78,6 +84,25 @@ void lamp_model_set_host_slot(lamp_model *model, unsigned slot);
    its data is current until the next optimizer step. */
 lamp_tensor *lamp_model_weights(lamp_model *model);
 lamp_tensor *lamp_model_master(const lamp_model *model);  /* f32 slab, NULL without masters */
+
+/* Elements each slab holds: numel, rounded up to the config's slab_multiple. */
+size_t lamp_model_slab_numel(const lamp_model *model);
+
+/*
+** Sharded training (slab_multiple > 1) only: frees the master slab, whose values the caller has
+** taken. Afterwards lamp_model_trainable is NULL under a 16-bit policy, and the caller writes the
+** weights slab itself (sync_weights and update_weights have nothing to round from).
+*/
+lamp_status lamp_model_release_master(lamp_model *model);
+
+/*
+** Sharded with 16-bit weights, the keep_f32 parameters (BatchNorm's) are read from a packed fp32
+** slab of their own, whole on every rank. lamp_model_kept: parameter i's values there (NULL for
+** any other parameter or model); lamp_model_load_kept: all of them from a whole fp32 slab laid
+** out as the masters (sync_weights does it from the masters while they exist).
+*/
+float *lamp_model_kept(const lamp_model *model, size_t i);
+lamp_status lamp_model_load_kept(lamp_model *model, const float *fp32);
 lamp_tensor *lamp_model_grads(const lamp_model *model);   /* f32 slab [numel] */
 
 /*

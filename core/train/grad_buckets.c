@@ -18,8 +18,36 @@ static lamp_status alloc_wire(lamp_grad_buckets *b) {
   return b->wire != NULL && b->widened != NULL ? LAMP_OK : LAMP_ERR_SYSTEM;
 }
 
+/* The parameter holding element e of the slab, searched down from parameter i. */
+static size_t param_holding(const lamp_model *model, size_t i, size_t e) {
+  while (i > 0 && lamp_model_param_at(model, i)->offset > e) i--;
+  return i;
+}
+
+/*
+** Sharded: from the padded end, buckets of about bucket_bytes whose bounds are multiples of the
+** rank count, each cut into one piece per rank; the shard gradient buffer holds this rank's.
+*/
+static lamp_status cut_shards(lamp_grad_buckets *b, const lamp_model *model, size_t bucket_bytes) {
+  size_t params = lamp_model_n_params(model), world = (size_t)b->world;
+  size_t end = lamp_model_slab_numel(model);
+  for (size_t i = params; i-- > 0 && end > 0;) {
+    const lamp_model_param *p = lamp_model_param_at(model, i);
+    if (p->offset >= end && i > 0) continue; /* inside the bucket cut last */
+    if ((end - p->offset) * sizeof(float) < bucket_bytes && i > 0) continue;
+    size_t cut = i == 0 ? 0 : p->offset - p->offset % world;
+    b->buckets[b->n++] = (lamp_grad_bucket){.first_param = param_holding(model, i, cut), .offset = cut,
+                                            .count = end - cut, .piece = (end - cut) / world,
+                                            .shard_offset = b->shard_numel};
+    b->shard_numel += (end - cut) / world;
+    end = cut;
+  }
+  b->shard_grads = lamp_mem_alloc(b->device, LAMP_MEM_GRADS, (b->shard_numel ? b->shard_numel : 1) * sizeof(float));
+  return b->shard_grads != NULL ? LAMP_OK : LAMP_ERR_SYSTEM;
+}
+
 lamp_status lamp_grad_buckets_init(lamp_grad_buckets *b, const lamp_model *model, lamp_comm *comm,
-                                   lamp_device device, size_t bucket_bytes, lamp_dtype compress) {
+                                   lamp_device device, size_t bucket_bytes, lamp_dtype compress, int shard) {
   memset(b, 0, sizeof *b);
   b->comm = comm;
   b->device = device;
@@ -31,11 +59,14 @@ lamp_status lamp_grad_buckets_init(lamp_grad_buckets *b, const lamp_model *model
   if (compress != LAMP_F32 && b->world > 1 && !lamp_comm_supports(comm, "all_gather"))
     return lamp_error(LAMP_ERR_UNSUPPORTED, "Trainer: compress = %s needs a communicator with all_gather; %s has none",
                       lamp_dtype_name(compress), lamp_comm_handle(comm)->desc->name);
-  b->nonblocking = compress == LAMP_F32 && lamp_comm_supports(comm, "all_reduce_start");
-  if (compress == LAMP_F32 && lamp_comm_supports(comm, "all_reduce_enqueue")) b->stream = lamp_device_stream(device);
+  b->shard = shard;
+  b->nonblocking = !shard && compress == LAMP_F32 && lamp_comm_supports(comm, "all_reduce_start");
+  if (!shard && compress == LAMP_F32 && lamp_comm_supports(comm, "all_reduce_enqueue"))
+    b->stream = lamp_device_stream(device);
   size_t params = lamp_model_n_params(model);
   b->buckets = calloc(params ? params : 1, sizeof *b->buckets);
   if (b->buckets == NULL) return lamp_error(LAMP_ERR_SYSTEM, "Trainer: out of memory for gradient buckets");
+  if (shard) return cut_shards(b, model, bucket_bytes);
   /* Walk the parameters backwards, closing a bucket once it holds bucket_bytes. */
   size_t end = lamp_model_numel(model);
   for (size_t i = params; i-- > 0;) {
@@ -51,8 +82,10 @@ lamp_status lamp_grad_buckets_init(lamp_grad_buckets *b, const lamp_model *model
 void lamp_grad_buckets_free(lamp_grad_buckets *b) {
   lamp_mem_free(b->wire);
   lamp_mem_free(b->widened);
+  lamp_mem_free(b->shard_grads);
   b->wire = NULL;
   b->widened = NULL;
+  b->shard_grads = NULL;
   free(b->buckets);
   b->buckets = NULL;
   b->n = 0;
@@ -96,6 +129,11 @@ static void start_bucket(lamp_grad_buckets *b, lamp_grad_bucket *k) {
   float *data = b->grads + k->offset;
   k->request = NULL;
   if (b->status != LAMP_OK) return; /* after a failure, nothing new is started */
+  if (b->shard) { /* MPI forbids aliasing: the sums land in the shard's own buffer */
+    note_failure(b, lamp_comm_reduce_scatter(b->comm, data, b->shard_grads + k->shard_offset, k->piece, LAMP_F32,
+                                             LAMP_REDUCE_SUM, b->device));
+    return;
+  }
   if (b->compress != LAMP_F32) {
     note_failure(b, reduce_compressed(b, data, k->count));
     return;

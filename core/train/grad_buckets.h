@@ -10,6 +10,12 @@
 ** the stream wait for every bucket and polls for failures, never blocking the host; the
 ** collectives' outcome is known for sure once the host has waited for the stream (the step's
 ** report), and lamp_grad_buckets_confirm asks then.
+**
+** Sharded (ZeRO-1, `shard`): the slab, padded to a multiple of the rank count, is cut at
+** multiples of it, so a bucket may end inside a parameter (it is ready once every parameter it
+** overlaps is final), and each bucket is reduce-scattered instead: rank r receives the sum of
+** its piece r, elements [offset + r piece, offset + (r + 1) piece), into the shard's gradient
+** buffer. A rank's shard is the concatenation of its pieces, last bucket of the slab first.
 */
 #ifndef LAMP_TRAIN_GRAD_BUCKETS_H
 #define LAMP_TRAIN_GRAD_BUCKETS_H
@@ -23,6 +29,8 @@ typedef struct lamp_grad_bucket {
   size_t first_param; /* the bucket holds parameters first_param .. (the next bucket's - 1) */
   size_t offset;      /* elements into the slab */
   size_t count;
+  size_t piece;          /* sharded: count / world, the elements each rank owns */
+  size_t shard_offset;   /* sharded: where this rank's piece sits in its shard */
   lamp_request *request; /* in flight, or NULL */
 } lamp_grad_bucket;
 
@@ -45,10 +53,13 @@ typedef struct lamp_grad_buckets {
   int world;
   uint16_t *wire;            /* this rank's rounded bucket, then everyone's: world x largest bucket */
   float *widened;            /* one contribution widened back to fp32 */
+  int shard;                 /* reduce-scatter into shard_grads instead of all-reducing */
+  size_t shard_numel;        /* sharded: elements this rank owns, padding included */
+  float *shard_grads;        /* sharded: the summed gradients of this rank's pieces [shard_numel] */
 } lamp_grad_buckets;
 
 lamp_status lamp_grad_buckets_init(lamp_grad_buckets *b, const lamp_model *model, lamp_comm *comm,
-                                   lamp_device device, size_t bucket_bytes, lamp_dtype compress);
+                                   lamp_device device, size_t bucket_bytes, lamp_dtype compress, int shard);
 void lamp_grad_buckets_free(lamp_grad_buckets *b);
 
 /* Before a backward whose gradients are to be reduced. */

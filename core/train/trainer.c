@@ -94,6 +94,7 @@ static lamp_status build_model(lamp_trainer *t) {
       .seed = t->config.seed,
       .grad_dtype = (lamp_dtype)t->policy.grad_dtype,
       .stochastic_rounding = (t->policy.flags & LAMP_POLICY_STOCHASTIC_ROUNDING) != 0,
+      .slab_multiple = t->zero.on ? t->zero.world : 1,
   };
   st = lamp_model_new(&t->model, t->config.model);
   if (st != LAMP_OK) return st;
@@ -199,6 +200,7 @@ static void step_facts(lamp_trainer *t, lamp_agree *a) {
   lamp_agree_add(a, "bucket_mb", "%s", lamp_agree_number(c->bucket_mb > 0.0 ? c->bucket_mb : 25.0, bucket, sizeof bucket));
   lamp_agree_add(a, "compress", "%s", c->compress == LAMP_F32 ? "none" : lamp_dtype_name(c->compress));
   lamp_agree_add(a, "max_skipped", "%lld", (long long)c->max_skipped);
+  lamp_agree_add(a, "shard_optimizer", "%s", c->shard_optimizer ? "true" : "false");
 }
 
 /*
@@ -249,7 +251,7 @@ static lamp_status broadcast_initial_parameters(lamp_trainer *t) {
 
 /* The model's slabs are in memory already; the optimizer's state must fit beside them. */
 static lamp_status check_state_fits(const lamp_trainer *t) {
-  size_t n = lamp_model_numel(t->model);
+  size_t n = lamp_zero_shard_numel(t);
   uint64_t model_bytes = 0;
   const lamp_tensor *slabs[4] = {lamp_model_weights(t->model), lamp_model_grads(t->model), lamp_model_master(t->model),
                                  lamp_model_buffers(t->model)};
@@ -257,8 +259,9 @@ static lamp_status check_state_fits(const lamp_trainer *t) {
     if (slabs[i] != NULL) model_bytes = lamp_size_mul_add(1, model_bytes, lamp_tensor_nbytes(slabs[i]));
   uint64_t bytes = lamp_size_mul_add(n, (uint64_t)t->n_slots * sizeof(float), model_bytes);
   return lamp_check_fits(t->config.device, bytes, NULL,
-                         "Trainer: the model (%llu bytes) with the state of optimizer '%s' (%u fp32 values per parameter, %zu parameters)",
-                         (unsigned long long)model_bytes, lamp_optim_handle(t->config.optim)->desc->name, (unsigned)t->n_slots, n);
+                         "Trainer: the model (%llu bytes) with the state of optimizer '%s' (%u fp32 values per parameter, %zu parameters%s)",
+                         (unsigned long long)model_bytes, lamp_optim_handle(t->config.optim)->desc->name, (unsigned)t->n_slots, n,
+                         t->zero.on ? " in this rank's shard" : "");
 }
 
 /* The slots were checked when the optimizer was opened (count and dtype): allocate them. */
@@ -266,9 +269,9 @@ static lamp_status allocate_optimizer_state(lamp_trainer *t) {
   lamp_status st = lamp_optim_slots(t->config.optim, t->slot_decls, LAMP_OPTIM_MAX_SLOTS, &t->n_slots);
   if (st == LAMP_OK) st = check_state_fits(t);
   if (st != LAMP_OK) return st;
-  size_t n = lamp_model_numel(t->model);
+  size_t n = lamp_zero_shard_numel(t);
   for (uint32_t i = 0; i < t->n_slots; i++) {
-    t->slots[i] = lamp_mem_alloc(t->config.device, LAMP_MEM_OPTIM_STATE, n * sizeof(float));
+    t->slots[i] = lamp_mem_alloc(t->config.device, LAMP_MEM_OPTIM_STATE, (n ? n : 1) * sizeof(float));
     if (t->slots[i] == NULL) return LAMP_ERR_SYSTEM;
   }
   return LAMP_OK;
@@ -329,6 +332,10 @@ static void log_start(const lamp_trainer *t) {
            (t->policy.flags & LAMP_POLICY_STOCHASTIC_ROUNDING) ? ", stochastic rounding" : "",
            t->stats.world, t->stats.world == 1 ? "" : "s", t->config.accum, t->base_lr,
            lamp_schedule_name(t->config.schedule.kind));
+  if (t->zero.on)
+    lamp_log(LAMP_LOG_INFO, "trainer", "shard_optimizer: the optimizer state%s sharded over %d ranks, %zu of %zu elements on each",
+             t->zero.master != NULL ? " and the fp32 master weights" : "", t->stats.world, lamp_zero_shard_numel(t),
+             lamp_model_numel(t->model));
 }
 
 lamp_status lamp_trainer_new(lamp_trainer **out, const lamp_trainer_config *config) {
@@ -347,15 +354,20 @@ lamp_status lamp_trainer_new(lamp_trainer **out, const lamp_trainer_config *conf
   t->rounding_seed = config->seed;
   lamp_log_set_rank(lamp_comm_rank(config->comm)); /* progress and info lines on rank 0 only */
   t->stats.loss_scale = 1.0;
+  t->zero.on = config->shard_optimizer && t->stats.world > 1;
+  t->zero.rank = lamp_comm_rank(config->comm);
+  t->zero.world = t->stats.world;
+  if (config->shard_optimizer && t->stats.world == 1)
+    lamp_log(LAMP_LOG_INFO, "trainer", "shard_optimizer with 1 rank: nothing to shard, the optimizer state stays whole");
   double bucket_mb = config->bucket_mb > 0.0 ? config->bucket_mb : 25.0;
   /* The metrics file before the first collective: a rank 0 that cannot write it stops there, and
      the others hear of it as of any rank that never arrived. */
   if ((st = lamp_trainer_metrics_open(t, config->metrics)) != LAMP_OK || (st = build_model(t)) != LAMP_OK ||
-      (st = broadcast_initial_parameters(t)) != LAMP_OK ||
-      (st = allocate_optimizer_state(t)) != LAMP_OK || (st = allocate_report(t)) != LAMP_OK ||
-      (st = build_segments(t)) != LAMP_OK || (st = init_graphs(t)) != LAMP_OK ||
+      (st = broadcast_initial_parameters(t)) != LAMP_OK || (st = lamp_zero_check(t)) != LAMP_OK ||
       (st = lamp_grad_buckets_init(&t->buckets, t->model, config->comm, config->device,
-                                   (size_t)(bucket_mb * 1048576.0), config->compress)) != LAMP_OK) {
+                                   (size_t)(bucket_mb * 1048576.0), config->compress, t->zero.on)) != LAMP_OK ||
+      (st = allocate_optimizer_state(t)) != LAMP_OK || (st = allocate_report(t)) != LAMP_OK ||
+      (st = build_segments(t)) != LAMP_OK || (st = lamp_zero_init(t)) != LAMP_OK || (st = init_graphs(t)) != LAMP_OK) {
     lamp_trainer_free(t);
     return st;
   }
@@ -391,6 +403,7 @@ void lamp_trainer_free(lamp_trainer *t) {
   lamp_tensor_release(t->y_dev);
   lamp_tensor_release(t->dlogits);
   lamp_grad_buckets_free(&t->buckets);
+  lamp_zero_free(&t->zero);
   lamp_step_graphs_free(&t->graphs);
   lamp_model_free(t->model);
   lamp_loss_release(t->config.loss);
@@ -518,8 +531,9 @@ static lamp_status forward_backward(lamp_trainer *t, const lamp_tensor *x, const
 */
 static lamp_status read_report(lamp_trainer *t) {
   lamp_device dev = t->config.device;
-  float *grads = lamp_tensor_data(lamp_model_grads(t->model));
-  size_t n = lamp_model_numel(t->model);
+  /* Sharded: this rank's pieces of the summed gradients, combined with the others' below. */
+  float *grads = t->zero.on ? t->buckets.shard_grads : lamp_tensor_data(lamp_model_grads(t->model));
+  size_t n = lamp_zero_shard_numel(t);
   char *report = t->report;
   int scaling = (t->policy.flags & LAMP_POLICY_LOSS_SCALING) != 0, clipping = t->config.clip != 0.0;
   lamp_status st = lamp_zero(dev, report + offsetof(lamp_step_report, found_inf), sizeof(int32_t));
@@ -530,6 +544,7 @@ static lamp_status read_report(lamp_trainer *t) {
   if (st == LAMP_OK) st = lamp_copy(LAMP_HOST, t->report_host, dev, t->report, t->report_bytes);
   if (st != LAMP_OK) return st;
   if (scaling && clipping) t->report_host->found_inf = !isfinite(t->report_host->sumsq);
+  if (t->zero.on && (scaling || clipping) && (st = lamp_zero_combine_report(t)) != LAMP_OK) return st;
   t->stats.last_loss = t->report_host->loss[t->config.accum - 1];
   return LAMP_OK;
 }
@@ -556,6 +571,16 @@ static void clip_coefficient(lamp_trainer *t, double unscale, double *coef) {
   if (c < 1.0) *coef = c;
 }
 
+/* ZeRO-1: the step over this rank's pieces, then the weights all-gathered (zero_shards.h). */
+static lamp_status sharded_step(lamp_trainer *t, double lr, double grad_scale) {
+  lamp_optim_step step = {.device = t->config.device, .step = t->stats.steps + 1, .lr = lr, .grad_scale = grad_scale};
+  lamp_status st = lamp_zero_step(t, &step);
+  if (st != LAMP_OK) return st;
+  t->stats.lr = lr;
+  t->stats.steps++;
+  return LAMP_OK;
+}
+
 static lamp_status optimizer_step(lamp_trainer *t, double scale) {
   /* In double, as PyTorch computes 1/S: fp32 division can be inexact for large S. */
   double unscale = 1.0 / (scale * (double)t->stats.world);
@@ -563,6 +588,7 @@ static lamp_status optimizer_step(lamp_trainer *t, double scale) {
   clip_coefficient(t, unscale, &coef);
   lamp_status st;
   double lr = lamp_schedule_lr(&t->config.schedule, t->base_lr, t->stats.steps);
+  if (t->zero.on) return sharded_step(t, lr, coef * unscale);
   if ((st = lamp_model_begin_update(t->model)) != LAMP_OK) return st;
   lamp_optim_step step = {
       .device = t->config.device,

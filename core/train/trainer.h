@@ -7,6 +7,8 @@
 **   pass, under a loss scaler; without one a NaN shows in the next loss, on every rank alike)
 **   -> scaler update decides skip -> clip -> optimizer step on the fp32 slab, whose fused
 **   pass also unscales (grad_scale = clip / (S*N)) -> refresh 16-bit weights.
+** With shard_optimizer, the all-reduce is a reduce-scatter and the step runs over each rank's
+** shard, followed by an all-gather of the weights (zero_shards.h).
 **
 ** Gradients are all-reduced before the check, so every rank sees the same inf/NaN and makes
 ** the same skip decision without extra communication.
@@ -55,6 +57,8 @@ typedef struct lamp_trainer_config {
   lamp_graphs_mode graphs;
   const char *metrics;        /* a JSON Lines file rank 0 records the run in (trainer_metrics.h,
                                  docs/metrics.md); NULL: none. Read by lamp_trainer_new only */
+  int shard_optimizer;        /* ZeRO-1 over several ranks (zero_shards.h): each keeps 1/N of the
+                                 optimizer state and fp32 masters; one rank trains unsharded */
 } lamp_trainer_config;
 
 typedef struct lamp_trainer_stats {
@@ -99,7 +103,7 @@ typedef struct lamp_eval_result {
 ** Collective when the communicator has several ranks: every rank must create its trainer, and the
 ** ranks must agree on what makes their steps one step: the precision plugin and its initial loss
 ** scale, the optimizer and each of its hyper-parameters, the model (parameter count, tensors and
-** their names and shapes), accum, clip, the schedule, bucket_mb and compress. A mismatch is an
+** their names and shapes), accum, clip, the schedule, bucket_mb, compress and shard_optimizer. A mismatch is an
 ** error on every rank, naming the field and each rank's value ("Trainer: the ranks disagree on
 ** accum: rank 0 has 2, rank 1 has 4"). The seed is not compared: rank 0's initialisation is
 ** broadcast. The loader's side (batch, data set size, batches per epoch, shuffle, drop_last, its

@@ -47,7 +47,7 @@ static int rank_of(const lamp_trainer *t) { return lamp_comm_rank(t->config.comm
 ** as stored, and keep_f32 parameters (which never leave fp32) from the staging slab.
 */
 static int saves_16bit(const lamp_trainer *t, const lamp_model_param *p) {
-  return lamp_model_master(t->model) == NULL && lamp_model_get_config(t->model)->weight_dtype != LAMP_F32 &&
+  return !(t->policy.flags & LAMP_POLICY_MASTER_WEIGHTS) && lamp_model_get_config(t->model)->weight_dtype != LAMP_F32 &&
          !p->keep_f32;
 }
 
@@ -58,7 +58,7 @@ static void *param_data(lamp_trainer *t, const lamp_model_param *p, lamp_dtype *
     return (char *)lamp_tensor_data(w) + p->offset * lamp_dtype_size(w->dtype);
   }
   *dtype = LAMP_F32;
-  return lamp_model_trainable(t->model) + p->offset;
+  return lamp_zero_params(t) + p->offset; /* sharded: the whole masters gathered for the save or resume */
 }
 
 /* ---- writing ------------------------------------------------------------------------------- */
@@ -142,7 +142,7 @@ static lamp_status for_each_tensor(lamp_trainer *t, tensor_fn fn, void *ctx) {
   int64_t numel = (int64_t)lamp_model_numel(t->model);
   for (uint32_t k = 0; st == LAMP_OK && k < t->n_slots; k++) {
     snprintf(name, sizeof name, "optim.%s", t->slot_decls[k].name);
-    st = fn(ctx, name, LAMP_CKPT_F32, 1, &numel, t->slots[k]);
+    st = fn(ctx, name, LAMP_CKPT_F32, 1, &numel, lamp_zero_slot(t, k));
   }
   return st;
 }
@@ -283,7 +283,13 @@ static lamp_status save(lamp_trainer *t, const destination *to, char *out, size_
     return lamp_error(LAMP_ERR_INVALID_USAGE, "Trainer: cannot save in the middle of an accumulation group (micro-step %d of %d); save between optimizer steps",
                       t->micro, t->config.accum);
   verdict v = {0};
-  lamp_status mine = LAMP_OK;
+  /* Sharded: every rank sends its pieces, rank 0 writes the whole state. */
+  lamp_status mine = lamp_zero_open_full(t);
+  if (mine == LAMP_OK) mine = lamp_zero_gather_full(t);
+  if (mine != LAMP_OK) {
+    lamp_zero_close_full(t);
+    return mine;
+  }
   if (rank_of(t) == 0) {
     lamp_trainer_metrics_checkpoint(t); /* the file is never behind the checkpoint */
     mine = write_rank0(t, to, v.path, sizeof v.path);
@@ -291,6 +297,7 @@ static lamp_status save(lamp_trainer *t, const destination *to, char *out, size_
     if (mine == LAMP_OK) lamp_log(LAMP_LOG_INFO, "trainer", "checkpoint written: %s (step %llu)", v.path,
                                   (unsigned long long)t->stats.steps);
   }
+  lamp_zero_close_full(t);
   lamp_status st = share_verdict(t, &v, mine, "to write the checkpoint");
   if (st == LAMP_OK && out != NULL) snprintf(out, out_size, "%s", v.path);
   return st;
@@ -551,16 +558,16 @@ static lamp_status broadcast_state(lamp_trainer *t, counters *k, void **blob) {
   lamp_model *m = t->model;
   size_t numel = lamp_model_numel(m);
   /* The fp32 slab, then (without masters) the 16-bit weights that are the truth there. */
-  if ((st = lamp_comm_broadcast(comm, lamp_model_trainable(m), numel, LAMP_F32, 0, t->config.device)) != LAMP_OK) return st;
+  if ((st = lamp_comm_broadcast(comm, lamp_zero_params(t), numel, LAMP_F32, 0, t->config.device)) != LAMP_OK) return st;
   lamp_tensor *w = lamp_model_weights(m);
-  if (lamp_model_master(m) == NULL && w->dtype != LAMP_F32 &&
+  if (!(t->policy.flags & LAMP_POLICY_MASTER_WEIGHTS) && w->dtype != LAMP_F32 &&
       (st = lamp_comm_broadcast(comm, lamp_tensor_data(w), numel, w->dtype, 0, t->config.device)) != LAMP_OK)
     return st;
   lamp_tensor *b = lamp_model_buffers(m);
   if (b != NULL && (st = lamp_comm_broadcast(comm, lamp_tensor_data(b), lamp_tensor_numel(b), LAMP_F32, 0, t->config.device)) != LAMP_OK)
     return st;
   for (uint32_t i = 0; i < t->n_slots; i++)
-    if ((st = lamp_comm_broadcast(comm, t->slots[i], numel, LAMP_F32, 0, t->config.device)) != LAMP_OK) return st;
+    if ((st = lamp_comm_broadcast(comm, lamp_zero_slot(t, i), numel, LAMP_F32, 0, t->config.device)) != LAMP_OK) return st;
   if (k->precision_bytes == 0) return LAMP_OK;
   if (*blob == NULL && (*blob = malloc(k->precision_bytes)) == NULL)
     return lamp_error(LAMP_ERR_SYSTEM, "Trainer: out of memory for the precision state");
@@ -629,6 +636,11 @@ lamp_status lamp_trainer_resume(lamp_trainer *t, const char *path_or_dir, char *
   void *blob = NULL;
   lamp_status mine = LAMP_OK;
   uint64_t run_id = t->ckpt_run_id; /* adopted only when the whole resume succeeds */
+  /* Sharded: the whole state is read into buffers of its own, and each rank keeps its pieces. */
+  if ((mine = lamp_zero_open_full(t)) != LAMP_OK) {
+    lamp_zero_close_full(t);
+    return mine;
+  }
   if (rank_of(t) == 0) {
     int got = 0;
     mine = resolve(path_or_dir, v.path, sizeof v.path, &got);
@@ -640,6 +652,7 @@ lamp_status lamp_trainer_resume(lamp_trainer *t, const char *path_or_dir, char *
   lamp_status st = share_verdict(t, &v, mine, "to read the checkpoint");
   if (st == LAMP_OK && v.found) {
     if (t->stats.world > 1) st = broadcast_state(t, &k, &blob);
+    if (st == LAMP_OK) st = lamp_zero_scatter_full(t);
     if (st == LAMP_OK) st = apply_state(t, &k, blob);
     if (st == LAMP_OK) t->ckpt_run_id = run_id;
     if (st == LAMP_OK)
@@ -648,6 +661,7 @@ lamp_status lamp_trainer_resume(lamp_trainer *t, const char *path_or_dir, char *
                t->epoch_open ? " (continuing it)" : "");
     if (st == LAMP_OK) lamp_trainer_metrics_resumed(t);
   }
+  lamp_zero_close_full(t);
   free(blob);
   if (found != NULL) *found = v.found;
   if (st == LAMP_OK && used != NULL) snprintf(used, used_size, "%s", v.found ? v.path : "");

@@ -10,6 +10,7 @@
 #include "train/step_graph.h"
 #include "train/trainer.h"
 #include "train/trainer_metrics.h"
+#include "train/zero_shards.h"
 
 /* What a step tells the host: written on the device, read back in one copy (the step's one
    synchronisation; evaluate reads its first part after every batch). */
@@ -38,7 +39,7 @@ struct lamp_trainer {
   uint64_t rounding_seed;
 
   lamp_optim_slot slot_decls[LAMP_OPTIM_MAX_SLOTS];
-  float *slots[LAMP_OPTIM_MAX_SLOTS];
+  float *slots[LAMP_OPTIM_MAX_SLOTS]; /* [numel], or sharded [the shard's elements] */
   uint32_t n_slots;
   lamp_optim_segment *segments;
   size_t n_segments;
@@ -52,6 +53,7 @@ struct lamp_trainer {
   lamp_tensor *x_dev, *y_dev; /* the batch, copied to the run device when it is not there */
   lamp_staged_batch *staged;  /* one per micro-step of a group (accum): what it is uploaded from */
   lamp_grad_buckets buckets;  /* the all-reduce of the gradient slab, cut to overlap backward */
+  lamp_zero_state zero;       /* the optimizer's state sharded over the ranks (shard_optimizer) */
   lamp_step_graphs graphs;    /* the micro-steps recorded as device graphs, where the run uses them */
   int micro;                  /* micro-steps done in the current accumulation group */
   uint64_t epochs_done;

@@ -15,8 +15,9 @@
 ** Streams. all_reduce_enqueue orders the all-reduce after the work on the caller's stream (an
 ** event the communication stream waits on) and returns; wait_stream makes a stream wait for it
 ** (again an event: the host never waits); poll reports a failure without blocking. The blocking
-** forms (all_reduce, broadcast, all_gather, barrier) are the same followed by a host wait on the
-** completion event, with its deadline; on cuda buffers they first follow the core's stream.
+** forms (all_reduce, broadcast, all_gather, reduce_scatter, barrier) are the same followed by a
+** host wait on the completion event, with its deadline; on cuda buffers they first follow the
+** core's stream.
 ** Host buffers (LAMP_CPU) go through pinned and device staging buffers (staging.c).
 **
 ** Dtypes f32, f16, bf16, i32, u8; reductions SUM, MAX, MIN on each (NCCL reduces 16-bit values
@@ -287,7 +288,7 @@ static lamp_status check_reduce_op(nccl_comm *m, const char *op, lamp_reduce_op 
 
 /* ---- collectives on device buffers ----------------------------------------------------------- */
 
-typedef enum { CALL_ALL_REDUCE, CALL_BROADCAST, CALL_ALL_GATHER } call_kind;
+typedef enum { CALL_ALL_REDUCE, CALL_BROADCAST, CALL_ALL_GATHER, CALL_REDUCE_SCATTER } call_kind;
 
 typedef struct call {
   call_kind kind;
@@ -306,6 +307,8 @@ static ncclResult_t issue(nccl_comm *m, const call *c) {
   case CALL_ALL_REDUCE:
     return m->lib->all_reduce(c->send, c->recv, c->count, t, nccl_reduce_op(c->op), m->comm, m->stream);
   case CALL_BROADCAST: return m->lib->broadcast(c->send, c->recv, c->count, t, c->root, m->comm, m->stream);
+  case CALL_REDUCE_SCATTER:
+    return m->lib->reduce_scatter(c->send, c->recv, c->count, t, nccl_reduce_op(c->op), m->comm, m->stream);
   default: return m->lib->all_gather(c->send, c->recv, c->count, t, m->comm, m->stream);
   }
 }
@@ -386,6 +389,19 @@ static lamp_status nccl_all_gather(void *comm, const void *sendbuf, void *recvbu
   return run_blocking(m, &c);
 }
 
+/* recv[count] = the op over every rank's block `rank` of send[size * count]. */
+static lamp_status nccl_reduce_scatter(void *comm, const void *sendbuf, void *recvbuf, size_t count, lamp_dtype dtype,
+                                       lamp_reduce_op op, lamp_device device) {
+  nccl_comm *m = comm;
+  lamp_status st = check_buffer(m, "reduce_scatter", sendbuf, count, dtype, device);
+  if (st == LAMP_OK) st = check_buffer(m, "reduce_scatter", recvbuf, count, dtype, device);
+  if (st == LAMP_OK) st = check_reduce_op(m, "reduce_scatter", op);
+  if (st != LAMP_OK || count == 0) return st;
+  if (device == LAMP_CPU) return nccl_staged_reduce_scatter(m, sendbuf, recvbuf, count, dtype, op);
+  call c = {CALL_REDUCE_SCATTER, "reduce_scatter", sendbuf, recvbuf, count, dtype, op, 0};
+  return run_blocking(m, &c);
+}
+
 static lamp_status nccl_all_reduce_enqueue(void *comm, void *buf, size_t count, lamp_dtype dtype,
                                            lamp_reduce_op op, lamp_device device, void *stream,
                                            lamp_request **req) {
@@ -454,6 +470,7 @@ static const lamp_comm_v1 nccl_table = {
     .broadcast = nccl_broadcast,
     .barrier = nccl_barrier,
     .all_gather = nccl_all_gather,
+    .reduce_scatter = nccl_reduce_scatter,
     .create_with_bootstrap = nccl_create_with_bootstrap,
     .all_reduce_enqueue = nccl_all_reduce_enqueue,
     .wait_stream = nccl_wait_stream,

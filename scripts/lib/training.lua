@@ -61,6 +61,14 @@ local function check_save_folder(lamp, args, resumed)
   end
 end
 
+-- --zero=1 shards the optimizer state and the fp32 master weights over the ranks (the Trainer's
+-- shard_optimizer, ZeRO stage 1); --zero=0, the default, keeps them whole on every rank.
+function M.shard_optimizer(args)
+  local z = args.zero
+  if z ~= 0 and z ~= 1 then error("--zero must be 0 (no sharding) or 1 (optimizer state and masters), got " .. tostring(z), 0) end
+  return z == 1
+end
+
 -- --metrics=FILE: the Trainer's metrics file (JSON Lines, docs/metrics.md); nil when not given.
 function M.metrics(args)
   local file = args.metrics

@@ -5,14 +5,16 @@
 -- --device runs it on another device (the simulated one under build/tests/lamp-sim), --clip clips,
 -- --net=resnet trains the small ResNet of scripts/lib, and --graphs=on|off overrides the Trainer's
 -- default for recording micro-steps as device graphs. --master_weights=false and
--- --stochastic_rounding set the fp16/bf16 plugins' options of those names.
+-- --stochastic_rounding set the fp16/bf16 plugins' options of those names; --zero=1 shards the
+-- optimizer state over the ranks (the Trainer's shard_optimizer), --bucket_mb sizes the gradient
+-- buckets.
 package.path = arg[0]:gsub("[^/]*$", "") .. "../../scripts/lib/?.lua;" .. package.path
 local lamp = require "lamp"
 local nn = lamp.nn
 local args = lamp.parse_args(arg, { precision = "fp32", optim = "sgd", accum = 1, steps = 20, save = "",
                                     resume = "", limit = 512, batch = 32, seed = 3, net = "mlp", device = "cpu",
                                     clip = 0, graphs = "auto", master_weights = "policy",
-                                    stochastic_rounding = false })
+                                    stochastic_rounding = false, zero = 0, bucket_mb = 25 })
 local graphs = ({ auto = nil, on = true, off = false })[args.graphs]
 assert(args.graphs == "auto" or graphs ~= nil, "--graphs must be auto, on or off")
 lamp.device(args.device)
@@ -41,7 +43,8 @@ else
 end
 local trainer = lamp.Trainer { model = model, loss = nn.CrossEntropy(), precision = precision, comm = comm,
                                optim = optim, seed = args.seed, accum = args.accum, clip = args.clip,
-                               schedule = lamp.lr.cosine { total = 40 }, graphs = graphs }
+                               schedule = lamp.lr.cosine { total = 40 }, graphs = graphs,
+                               shard_optimizer = args.zero == 1, bucket_mb = args.bucket_mb }
 if args.resume ~= "" then
   assert(trainer:resume(args.resume), "no checkpoint in " .. args.resume)
 end
@@ -53,3 +56,4 @@ local s = trainer:stats()
 lamp.log0(string.format("steps %d skipped %d scale %g epochs %d", s.steps, s.skipped_steps, s.loss_scale, s.epochs))
 lamp.log0(string.format("graphs %s: %d micro-steps recorded, %d replayed", s.graphs and "on" or "off",
                         s.graph_records, s.graph_replays))
+lamp.log0(string.format("gradient buckets: %d", s.buckets))

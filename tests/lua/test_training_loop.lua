@@ -161,7 +161,7 @@ do
 end
 
 expect_error(function() trainer_with { epochs = 3 } end,
-  "Trainer: unknown field 'epochs'; valid fields: model, loss, precision, comm, optim, accum, clip, schedule, seed, param_groups, bucket_mb, compress, device, max_skipped, graphs, metrics")
+  "Trainer: unknown field 'epochs'; valid fields: model, loss, precision, comm, optim, accum, clip, schedule, seed, param_groups, bucket_mb, compress, device, max_skipped, graphs, metrics, shard_optimizer")
 -- Asserted for a machine without a CUDA driver (CI); ctest says whether the build has the module.
 local have_cuda = assert(os.getenv("LAMP_TEST_HAVE_CUDA"), "run under ctest (LAMP_TEST_HAVE_CUDA)") == "1"
 expect_error(function() trainer_with { device = "cuda" } end, have_cuda
@@ -180,6 +180,13 @@ do
   local t <close> = trainer_with { graphs = false }
   local s = t:stats()
   assert(s.graphs == false and s.graph_records == 0 and s.graph_replays == 0)
+end
+-- shard_optimizer: a boolean; on one rank (single) it is accepted and shards nothing.
+expect_error(function() trainer_with { shard_optimizer = 1 } end,
+  "Trainer: 'shard_optimizer' must be a boolean, got 1")
+do
+  local t <close> = trainer_with { shard_optimizer = true }
+  assert(t:stats().world == 1)
 end
 expect_error(function() trainer_with { param_groups = { { match = "bias$" }, { match = "^nothing" } } } end,
   "Trainer: param_groups[2]: pattern '^nothing' matches no parameter (names look like '0.weight')")

@@ -10,7 +10,8 @@
 ** waits; "wait for event" waits until the event's stream has run past the point it was recorded;
 ** a collective in hang mode runs only once its communicator is aborted (as NCCL's kernels end on
 ** an abort). Every call moves every stream on. A fake communicator of N ranks behaves as if every
-** rank held this rank's data: SUM multiplies by N, MAX and MIN keep it, all-gather repeats it.
+** rank held this rank's data: SUM multiplies by N, MAX and MIN keep it, all-gather repeats it,
+** reduce-scatter reduces this rank's block.
 */
 #include <pthread.h>
 #include <stdint.h>
@@ -32,7 +33,7 @@ typedef struct item {
   size_t bytes;
   cudaEvent_t event;             /* ITEM_WAIT */
   struct ncclComm *comm;         /* ITEM_COLLECTIVE */
-  int op;                        /* 0 all-reduce, 1 broadcast, 2 all-gather */
+  int op;                        /* 0 all-reduce, 1 broadcast, 2 all-gather, 3 reduce-scatter */
   ncclDataType_t type;
   ncclRedOp_t red;
   size_t count;
@@ -113,8 +114,9 @@ static void run_collective(const item *it) {
     for (int r = 0; r < n; r++) memmove((char *)it->dst + (size_t)r * bytes, it->src, bytes);
     return;
   }
-  memmove(it->dst, it->src, bytes);
-  if (it->op != 0 || it->red != ncclSum) return;
+  /* a reduce-scatter reduces this rank's block of send, as an all-reduce reduces the whole */
+  memmove(it->dst, (const char *)it->src + (it->op == 3 ? (size_t)it->comm->rank * bytes : 0), bytes);
+  if ((it->op != 0 && it->op != 3) || it->red != ncclSum) return;
   for (size_t i = 0; i < it->count; i++) {
     if (it->type == ncclFloat32) {
       float v;
@@ -343,4 +345,9 @@ EXPORT ncclResult_t ncclBroadcast(const void *send, void *recv, size_t count, nc
 EXPORT ncclResult_t ncclAllGather(const void *send, void *recv, size_t count, ncclDataType_t type, ncclComm_t comm,
                                   cudaStream_t stream) {
   return collective(2, send, recv, count, type, ncclSum, comm, stream);
+}
+
+EXPORT ncclResult_t ncclReduceScatter(const void *send, void *recv, size_t count, ncclDataType_t type, ncclRedOp_t op,
+                                      ncclComm_t comm, cudaStream_t stream) {
+  return collective(3, send, recv, count, type, op, comm, stream);
 }

@@ -181,8 +181,8 @@ static void test_gpus_and_peers(void **state) {
   lamp_ctx_free(ctx);
 }
 
-/* A fake of 2 ranks: SUM doubles, all-gather repeats. Host buffers larger than the 4 MiB staging
-   buffer go in pieces. */
+/* A fake of 2 ranks: SUM doubles, all-gather repeats, reduce-scatter reduces rank 0's block. Host
+   buffers larger than the 4 MiB staging buffer go in pieces. */
 static void test_collectives(void **state) {
   (void)state;
   fake_reset();
@@ -218,8 +218,22 @@ static void test_collectives(void **state) {
   assert_int_equal(bad, 0);
   assert_int_equal(t->barrier(comm), LAMP_OK);
 
+  /* reduce_scatter: rank 0's block of a host buffer of 2 x q, summed (doubled), in three pieces. */
+  size_t q = (size_t)800 << 10;
+  float *blocks = malloc(2 * q * sizeof *blocks), *mine = malloc(q * sizeof *mine);
+  for (size_t i = 0; i < 2 * q; i++) blocks[i] = (float)(i % 777) - (i < q ? 300.0f : 100.0f);
+  assert_int_equal(t->reduce_scatter(comm, blocks, mine, q, LAMP_F32, LAMP_REDUCE_SUM, LAMP_CPU), LAMP_OK);
+  for (size_t i = 0; i < q; i++) bad += mine[i] != 2.0f * blocks[i];
+  assert_int_equal(bad, 0);
+  free(blocks);
+  free(mine);
+
   /* Device memory (the fake's is the host's). */
-  float d[4] = {1, 2, 3, 4};
+  float d[4] = {1, 2, 3, 4}, half[2] = {0, 0};
+  assert_int_equal(t->reduce_scatter(comm, d, half, 2, LAMP_F32, LAMP_REDUCE_SUM, LAMP_CUDA), LAMP_OK);
+  assert_true(half[0] == 2.0f && half[1] == 4.0f);
+  assert_int_equal(t->reduce_scatter(comm, d, half, 2, LAMP_F32, (lamp_reduce_op)9, LAMP_CUDA), LAMP_ERR_INVALID_ARG);
+  assert_string_equal(lamp_ctx_message(ctx), "reduce_scatter: unknown reduce op 9");
   assert_int_equal(t->all_reduce(comm, d, 4, LAMP_F32, LAMP_REDUCE_SUM, LAMP_CUDA), LAMP_OK);
   assert_true(d[0] == 2.0f && d[3] == 8.0f);
   assert_int_equal(t->broadcast(comm, d, 4, LAMP_F32, 2, LAMP_CUDA), LAMP_ERR_INVALID_ARG);
@@ -230,7 +244,7 @@ static void test_collectives(void **state) {
 
   int aborts, destroys, finalizes, collectives;
   fake_counts(&aborts, &destroys, &finalizes, &collectives);
-  assert_true(collectives >= 3 + 3 + 1 + 2 + 2 + 1 + 1); /* pieces counted one by one */
+  assert_true(collectives >= 3 + 3 + 1 + 2 + 2 + 1 + 3 + 1 + 1); /* pieces counted one by one */
   t->destroy(comm);
   free(f);
   free(send);

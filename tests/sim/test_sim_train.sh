@@ -3,7 +3,8 @@
 # work run later on a queue): the MLP and the small ResNet under fp32, fp16 and bf16, with
 # accumulation 2 and clipping, trained 10 optimizer steps with a save after 6 and a resume in a
 # new process, leave a checkpoint byte-identical to 10 straight steps on the CPU, and so do runs
-# with stochastic rounding; and so do 2 ranks over MPI with gradient buckets. The checkpoint holds parameters, masters, optimizer
+# with stochastic rounding; and so do 2 ranks over MPI with gradient buckets, sharded (ZeRO-1) or
+# not. The checkpoint holds parameters, masters, optimizer
 # state, the loss scaler, BatchNorm buffers and counters, so `cmp` compares all of them.
 # The 16-bit runs are repeated on the native-16 sim (LAMP_SIM_NATIVE16=1: LAMP_CAP_NATIVE_16BIT_GEMM,
 # as on CUDA), where the layers hand the device 16-bit operands: the same bytes, since widening is
@@ -142,6 +143,25 @@ if command -v mpirun >/dev/null && [[ -f "$(dirname "$lamp")/plugins/comm/mpi.so
     grep -q "comm: mpi" "$d/sim.log"
     check "mpi-$net: the mpi communicator ran" $?
     same "mpi-$net" "$d/cpu.lamp" "$d/sim.lamp" "$d/cpu.log" "$d/sim.log"
+  done
+  # ZeRO-1 on the sim (reduce-scatter, the step over each rank's pieces, all-gather; the
+  # ResNet's BatchNorm parameters gathered in fp32): the same checkpoint as 2 unsharded ranks on
+  # the cpu.
+  for net in mlp resnet; do
+    d="$tmp/zero-$net"
+    mkdir -p "$d"
+    precision=bf16
+    LAMP_BIN="$lamp" "$src/scripts/lamp-run" -n 2 "$run" --net=$net --precision=$precision --accum=2 --clip=0.5 \
+      --limit=256 --steps=6 --save="$d/cpu.lamp" >"$d/cpu.log" 2>&1
+    check "zero-$net: 2 unsharded ranks on the cpu" $?
+    LAMP_BIN="$lamp_sim" "$src/scripts/lamp-run" -n 2 "$run" --device=sim --net=$net --precision=$precision --accum=2 \
+      --clip=0.5 --limit=256 --steps=6 --zero=1 --save="$d/sim.lamp" >"$d/sim.log" 2>&1
+    status=$?
+    check "zero-$net: 2 sharded ranks on the sim" $status
+    [[ $status -eq 0 ]] || tail -n 20 "$d/sim.log"
+    grep -q "shard_optimizer: the optimizer state.* sharded over 2 ranks" "$d/sim.log"
+    check "zero-$net: the run was sharded" $?
+    same "zero-$net" "$d/cpu.lamp" "$d/sim.lamp" "$d/cpu.log" "$d/sim.log"
   done
 else
   echo "mpirun or the mpi plugin is missing: the two-rank cases are skipped"

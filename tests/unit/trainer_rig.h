@@ -33,6 +33,7 @@ typedef struct rig_spec {
   uint64_t seed;
   double bucket_mb;              /* default 25 */
   lamp_dtype compress;           /* default LAMP_F32: none */
+  int shard_optimizer;
 } rig_spec;
 
 typedef struct rig {
@@ -54,7 +55,8 @@ static inline void rig_open(rig *r, const rig_spec *spec, lamp_layer *net) {
   lamp_trainer_config cfg = {.model = net, .loss = r->loss, .precision = r->prec, .comm = r->comm,
                              .optim = r->optim, .device = LAMP_CPU, .accum = spec->accum ? spec->accum : 1,
                              .clip = spec->clip, .schedule = spec->schedule, .seed = spec->seed,
-                             .bucket_mb = spec->bucket_mb, .compress = spec->compress};
+                             .bucket_mb = spec->bucket_mb, .compress = spec->compress,
+                             .shard_optimizer = spec->shard_optimizer};
   OK(lamp_trainer_new(&r->t, &cfg));
   lamp_layer_release(net); /* the trainer holds its own reference */
   r->model = lamp_trainer_model(r->t);

@@ -56,7 +56,8 @@ static int open_library(char *why, size_t why_size) {
            RESOLVE(comm_finalize, "ncclCommFinalize") && RESOLVE(comm_destroy, "ncclCommDestroy") &&
            RESOLVE(comm_abort, "ncclCommAbort") && RESOLVE(get_error_string, "ncclGetErrorString") &&
            RESOLVE(get_last_error, "ncclGetLastError") && RESOLVE(all_reduce, "ncclAllReduce") &&
-           RESOLVE(broadcast, "ncclBroadcast") && RESOLVE(all_gather, "ncclAllGather");
+           RESOLVE(broadcast, "ncclBroadcast") && RESOLVE(all_gather, "ncclAllGather") &&
+           RESOLVE(reduce_scatter, "ncclReduceScatter");
   if (ok && (lib.get_version(&lib.version) != ncclSuccess || lib.version < NCCL_LIB_MIN_VERSION)) {
     char have[32], need[32];
     nccl_version_text(lib.version, have, sizeof have);

@@ -32,6 +32,8 @@ typedef struct nccl_lib {
                             int root, ncclComm_t comm, cudaStream_t stream);
   ncclResult_t (*all_gather)(const void *send, void *recv, size_t count, ncclDataType_t type,
                              ncclComm_t comm, cudaStream_t stream);
+  ncclResult_t (*reduce_scatter)(const void *send, void *recv, size_t recv_count, ncclDataType_t type,
+                                 ncclRedOp_t op, ncclComm_t comm, cudaStream_t stream);
 } nccl_lib;
 
 /*

@@ -111,5 +111,7 @@ lamp_status nccl_staged_all_reduce(nccl_comm *m, const char *name, void *buf, si
 lamp_status nccl_staged_broadcast(nccl_comm *m, void *buf, size_t count, lamp_dtype dtype, int root);
 lamp_status nccl_staged_all_gather(nccl_comm *m, const void *send, void *recv, size_t count,
                                    lamp_dtype dtype);
+lamp_status nccl_staged_reduce_scatter(nccl_comm *m, const void *send, void *recv, size_t count,
+                                       lamp_dtype dtype, lamp_reduce_op op);
 
 #endif

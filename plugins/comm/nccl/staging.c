@@ -152,3 +152,38 @@ lamp_status nccl_staged_all_gather(nccl_comm *m, const void *send, void *recv, s
   }
   return LAMP_OK;
 }
+
+lamp_status nccl_staged_reduce_scatter(nccl_comm *m, const void *send, void *recv, size_t count, lamp_dtype dtype,
+                                       lamp_reduce_op op) {
+  /* Each piece: elements [off, off + k) of every rank's block of send, one block after the
+     other at the start of the buffers, and the k summed elements of ours after them. */
+  size_t es = nccl_dtype_size(dtype), size = (size_t)m->size;
+  size_t per = NCCL_STAGE_BYTES / (es * (size + 1));
+  if (per == 0)
+    return m->host->set_error(m->ctx, LAMP_ERR_UNSUPPORTED,
+                              "reduce_scatter: %d ranks do not fit the %zu-byte staging buffer for host memory",
+                              m->size, NCCL_STAGE_BYTES);
+  for (size_t off = 0; off < count; off += per) {
+    size_t n = count - off < per ? count - off : per;
+    char *dev_out = (char *)m->stage_dev + size * n * es, *host_out = (char *)m->stage_host + size * n * es;
+    int64_t seq = 0;
+    lamp_status st = piece_begin(m, &seq);
+    if (st != LAMP_OK) return st;
+    for (size_t r = 0; r < size; r++)
+      memcpy((char *)m->stage_host + r * n * es, (const char *)send + (r * count + off) * es, n * es);
+    st = upload_locked(m, "reduce_scatter", seq, m->stage_dev, m->stage_host, size * n * es);
+    if (st == LAMP_OK)
+      st = nccl_settle_locked(m,
+                              m->lib->reduce_scatter(m->stage_dev, dev_out, n, nccl_dtype(dtype), nccl_reduce_op(op),
+                                                     m->comm, m->stream),
+                              "reduce_scatter", seq);
+    if (st != LAMP_OK) {
+      pthread_mutex_unlock(&m->lock);
+      return st;
+    }
+    st = piece_end(m, "reduce_scatter", seq, host_out, dev_out, n * es);
+    if (st != LAMP_OK) return st;
+    memcpy((char *)recv + off * es, host_out, n * es);
+  }
+  return LAMP_OK;
+}
