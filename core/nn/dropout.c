@@ -145,8 +145,8 @@ static lamp_status dropout_forward(lamp_layer *layer, const lamp_exec *exec, con
   size_t n = lamp_tensor_numel(x);
   if (exec->repeat) {
     if (d->masked && lamp_tensor_numel(d->mask) != n)
-      return lamp_error(LAMP_ERR_INVALID_USAGE, "Dropout(%g): a repeated forward for another input than the last forward's",
-                        d->p);
+      return lamp_error(LAMP_ERR_INVALID_USAGE,
+                        "Dropout(%g): a repeated forward for another input than the last forward's", d->p);
   } else {
     d->masked = exec->training && d->p > 0.0;
   }

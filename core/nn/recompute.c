@@ -57,7 +57,9 @@ static lamp_status rc_bind(lamp_layer *layer, size_t i, lamp_tensor *weight, lam
   return m->ops->bind(m, i, weight, grad);
 }
 
-static size_t rc_buffer_count(const lamp_layer *layer) { return lamp_layer_buffer_count(((const recompute *)layer)->module); }
+static size_t rc_buffer_count(const lamp_layer *layer) {
+  return lamp_layer_buffer_count(((const recompute *)layer)->module);
+}
 
 static lamp_status rc_buffer_decl(const lamp_layer *layer, size_t i, lamp_buffer_decl *out, char *name_buf,
                                   size_t name_size) {
@@ -147,7 +149,8 @@ static lamp_status rc_accumulate_grads(lamp_layer *layer, const lamp_exec *exec,
   lamp_layer *m = r->module;
   if (m->ops->accumulate_grads == NULL) return LAMP_OK;
   if (exec->in_scratch) return m->ops->accumulate_grads(m, exec, x, dy);
-  lamp_status st = lamp_tensor_ensure(&r->out, exec->activation_dtype, exec->device, dy->ndim, dy->shape, LAMP_MEM_ACTIVATIONS);
+  lamp_status st = lamp_tensor_ensure(&r->out, exec->activation_dtype, exec->device, dy->ndim, dy->shape,
+                                      LAMP_MEM_ACTIVATIONS);
   lamp_exec inner;
   if (st == LAMP_OK) st = repeat_forward(r, exec, &inner, x, r->out);
   if (st == LAMP_OK) st = m->ops->backward_input(m, &inner, x, r->out, dy, NULL);

@@ -20,7 +20,7 @@ typedef struct place {
 struct lamp_scratch {
   lamp_tensor **chunks; /* u8 [bytes], LAMP_MEM_ACTIVATIONS */
   size_t n_chunks, chunk_cap;
-  place *held;          /* the pass's places, by chunk then offset */
+  place *held; /* the pass's places, by chunk then offset */
   size_t n_held, held_cap;
 };
 
@@ -39,19 +39,14 @@ void lamp_scratch_free(lamp_scratch *scratch) {
 
 void lamp_scratch_rewind(lamp_scratch *scratch) { scratch->n_held = 0; }
 
-size_t lamp_scratch_bytes(const lamp_scratch *scratch) {
-  size_t total = 0;
-  for (size_t i = 0; i < scratch->n_chunks; i++) total += scratch->chunks[i]->storage->nbytes;
-  return total;
-}
-
 static size_t chunk_bytes(const lamp_scratch *s, size_t c) { return s->chunks[c]->storage->nbytes; }
 
 /*
 ** The first gap of `bytes` in a chunk of `device`: *chunk and *offset, and *at, where its place
 ** goes in held. 0 when there is none.
 */
-static int find_gap(const lamp_scratch *s, lamp_device device, size_t bytes, size_t *chunk, size_t *offset, size_t *at) {
+static int find_gap(const lamp_scratch *s, lamp_device device, size_t bytes, size_t *chunk, size_t *offset,
+                    size_t *at) {
   size_t h = 0;
   for (size_t c = 0; c < s->n_chunks; c++) {
     int usable = s->chunks[c]->device == device;

@@ -36,7 +36,4 @@ lamp_status lamp_scratch_take(lamp_scratch *scratch, lamp_tensor **t, lamp_dtype
    the scratch's current pass (NULL, or a layer's own) is left alone. */
 void lamp_scratch_give_back(lamp_scratch *scratch, const lamp_tensor *t);
 
-/* Bytes of the chunks, on all devices (what the ledger was charged for them). */
-size_t lamp_scratch_bytes(const lamp_scratch *scratch);
-
 #endif

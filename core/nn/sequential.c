@@ -159,8 +159,7 @@ static lamp_status output_tensor(sequential *s, size_t i, const lamp_exec *exec,
   int nd;
   int64_t shape[LAMP_MAX_DIMS];
   lamp_status st = c->ops->output_shape(c, in->ndim, in->shape, &nd, shape);
-  if (st == LAMP_OK)
-    st = lamp_nn_intermediate(exec, &s->acts[i], exec->activation_dtype, nd, shape);
+  if (st == LAMP_OK) st = lamp_nn_intermediate(exec, &s->acts[i], exec->activation_dtype, nd, shape);
   if (st == LAMP_OK) *out = s->acts[i];
   return st;
 }
@@ -184,8 +183,8 @@ static lamp_status seq_forward(lamp_layer *layer, const lamp_exec *exec, const l
 }
 
 /* Where child i's input gradient goes: dx for the first child, else a buffer shaped like its input. */
-static lamp_status input_gradient(sequential *s, size_t i, const lamp_exec *exec, const lamp_tensor *in, lamp_tensor *dx,
-                                  lamp_tensor **din) {
+static lamp_status input_gradient(sequential *s, size_t i, const lamp_exec *exec, const lamp_tensor *in,
+                                  lamp_tensor *dx, lamp_tensor **din) {
   *din = dx;
   if (i == 0) return LAMP_OK;
   lamp_status st = lamp_nn_intermediate(exec, &s->grads[i - 1], in->dtype, in->ndim, in->shape);

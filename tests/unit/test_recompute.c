@@ -61,7 +61,8 @@ static lamp_layer *wrapped(lamp_layer *module, int wrap) {
 
 /* relu(x + bn(conv(relu(bn(conv(x)))))), with a projection (conv 1x1, bn) when c_in != c_out. */
 static lamp_layer *block(int64_t c_in, int64_t c_out) {
-  lamp_layer *body = seq(5, (lamp_layer *[]){conv(c_in, c_out, 3), bn(c_out), relu(), conv(c_out, c_out, 3), bn(c_out)});
+  lamp_layer *body = seq(5,
+                         (lamp_layer *[]){conv(c_in, c_out, 3), bn(c_out), relu(), conv(c_out, c_out, 3), bn(c_out)});
   lamp_layer *proj = c_in != c_out ? seq(2, (lamp_layer *[]){conv(c_in, c_out, 1), bn(c_out)}) : NULL, *r;
   OK(lamp_residual_new(&r, body, proj));
   lamp_layer_release(body);
@@ -77,8 +78,8 @@ static lamp_layer *network(int wrap) {
   OK(lamp_global_avgpool_new(&gap));
   OK(lamp_flatten_new(&flat));
   lamp_layer *stage = seq(3, (lamp_layer *[]){block(8, 16), dropout(0.25), block(16, 16)});
-  return seq(10, (lamp_layer *[]){conv(3, 8, 3), bn(8), relu(), wrapped(block(8, 8), wrap), pool,
-                                  wrapped(stage, wrap), gap, flat, dropout(0.2), linear(16, CLASSES)});
+  return seq(10, (lamp_layer *[]){conv(3, 8, 3), bn(8), relu(), wrapped(block(8, 8), wrap), pool, wrapped(stage, wrap),
+                                  gap, flat, dropout(0.2), linear(16, CLASSES)});
 }
 
 /* ---- a run: a model, a fixed input and output gradient on its device ---------------------------- */
@@ -97,8 +98,13 @@ static lamp_tensor *on(lamp_device device, const lamp_tensor *host) {
 }
 
 static lamp_model_config config(lamp_device device, lamp_dtype dtype) {
-  return (lamp_model_config){.device = device, .weight_dtype = dtype, .compute_dtype = dtype, .activation_dtype = dtype,
-                             .master_weights = dtype != LAMP_F32, .seed = 11, .grad_dtype = LAMP_F32};
+  return (lamp_model_config){.device = device,
+                             .weight_dtype = dtype,
+                             .compute_dtype = dtype,
+                             .activation_dtype = dtype,
+                             .master_weights = dtype != LAMP_F32,
+                             .seed = 11,
+                             .grad_dtype = LAMP_F32};
 }
 
 static run open_run(int wrap, lamp_device device, lamp_dtype dtype) {
@@ -113,7 +119,8 @@ static run open_run(int wrap, lamp_device device, lamp_dtype dtype) {
   lamp_rng g;
   lamp_rng_seed(&g, 5);
   fill_uniform(x, &g, -1, 1);
-  for (size_t i = 0; i < BATCH * CLASSES; i++) store_f32_as(dtype, lamp_tensor_data(dy), i, (float)(lamp_rng_uniform(&g) - 0.5));
+  for (size_t i = 0; i < BATCH * CLASSES; i++)
+    store_f32_as(dtype, lamp_tensor_data(dy), i, (float)(lamp_rng_uniform(&g) - 0.5));
   if (dtype != LAMP_F32) { /* the model's input in the activation dtype, as the trainer hands it */
     lamp_tensor *x16 = new_tensor(dtype, 4, x->shape);
     for (size_t i = 0; i < lamp_tensor_numel(x); i++) store_f32_as(dtype, lamp_tensor_data(x16), i, fp(x)[i]);
@@ -238,7 +245,8 @@ static size_t activation_peak(int wrap) {
 static void test_activation_peak_drops(void **state) {
   (void)state;
   size_t plain = activation_peak(0), rc = activation_peak(1);
-  if (!(rc * 10 < plain * 8)) fail_msg("activation peak %zu bytes with Recompute, %zu without: not 20 %% lower", rc, plain);
+  if (!(rc * 10 < plain * 8))
+    fail_msg("activation peak %zu bytes with Recompute, %zu without: not 20 %% lower", rc, plain);
 }
 
 /* ---- names, the tree, messages ------------------------------------------------------------------ */
@@ -266,12 +274,16 @@ static void test_describe_and_messages(void **state) {
   r = wrapped(seq(2, (lamp_layer *[]){linear(4, 3), relu()}), 1);
   char text[256];
   r->ops->describe(r, text, sizeof text);
-  assert_string_equal(text, "Recompute(Sequential {\n"
-                            "    [input -> (1) -> (2) -> output]\n"
-                            "    (1): Linear(4 -> 3)\n"
-                            "    (2): ReLU\n"
-                            "  })");
-  lamp_exec ex = {.device = LAMP_CPU, .compute_dtype = LAMP_F32, .activation_dtype = LAMP_F32, .training = 1,
+  assert_string_equal(text,
+                      "Recompute(Sequential {\n"
+                      "    [input -> (1) -> (2) -> output]\n"
+                      "    (1): Linear(4 -> 3)\n"
+                      "    (2): ReLU\n"
+                      "  })");
+  lamp_exec ex = {.device = LAMP_CPU,
+                  .compute_dtype = LAMP_F32,
+                  .activation_dtype = LAMP_F32,
+                  .training = 1,
                   .grad_dtype = LAMP_F32};
   lamp_tensor *x = new_tensor(LAMP_F32, 2, (int64_t[]){2, 4}), *y = new_tensor(LAMP_F32, 2, (int64_t[]){2, 3});
   assert_int_equal(r->ops->backward(r, &ex, x, y, y, NULL, 0), LAMP_ERR_INVALID_USAGE);
@@ -302,8 +314,15 @@ static void test_split_backward_without_a_model(void **state) {
     fill_uniform(dy, &rng, -1, 1);
     dxs[wrap] = new_tensor(LAMP_F32, 2, (int64_t[]){4, 5});
     uint64_t streams = 0;
-    lamp_exec ex = {.device = LAMP_CPU, .compute_dtype = LAMP_F32, .activation_dtype = LAMP_F32, .training = 1,
-                    .grad_dtype = LAMP_F32, .overwrite_grads = 1, .seed = 4, .forward_index = 2, .rng_streams = &streams};
+    lamp_exec ex = {.device = LAMP_CPU,
+                    .compute_dtype = LAMP_F32,
+                    .activation_dtype = LAMP_F32,
+                    .training = 1,
+                    .grad_dtype = LAMP_F32,
+                    .overwrite_grads = 1,
+                    .seed = 4,
+                    .forward_index = 2,
+                    .rng_streams = &streams};
     lamp_tensor *y = new_tensor(LAMP_F32, 2, (int64_t[]){4, 3});
     OK(net->ops->forward(net, &ex, x, y));
     assert_int_equal(streams, 1);
@@ -332,14 +351,10 @@ static int setup(void **state) {
 
 int main(void) {
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test(test_cpu_fp32_bit_identical),
-      cmocka_unit_test(test_cpu_bf16_bit_identical),
-      cmocka_unit_test(test_sim_fp32_bit_identical),
-      cmocka_unit_test(test_sim_bf16_bit_identical),
-      cmocka_unit_test(test_activation_peak_drops),
-      cmocka_unit_test(test_names_are_the_modules),
-      cmocka_unit_test(test_describe_and_messages),
-      cmocka_unit_test(test_split_backward_without_a_model),
+      cmocka_unit_test(test_cpu_fp32_bit_identical), cmocka_unit_test(test_cpu_bf16_bit_identical),
+      cmocka_unit_test(test_sim_fp32_bit_identical), cmocka_unit_test(test_sim_bf16_bit_identical),
+      cmocka_unit_test(test_activation_peak_drops),  cmocka_unit_test(test_names_are_the_modules),
+      cmocka_unit_test(test_describe_and_messages),  cmocka_unit_test(test_split_backward_without_a_model),
   };
   return cmocka_run_group_tests(tests, setup, NULL);
 }
