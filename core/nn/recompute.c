@@ -10,7 +10,10 @@
 ** largest of them, forward and backward, instead of all of them.
 **
 ** The repeated forward writes its output over y: the bits are y's already, and another tensor
-** would cost the very activation this layer saves. A Recompute inside another one (in_scratch
+** would cost the very activation this layer saves. Where no other Recompute has run between the
+** forward and the backward (the wrapped module the backward meets first, usually the last one),
+** the scratch still holds the forward's intermediates: nothing is repeated, the backward runs on
+** them. A Recompute inside another one (in_scratch
 ** already set) is its module: the outer one repeats it anyway. An evaluation forward runs once,
 ** its intermediates in the scratch as well.
 **
@@ -32,6 +35,8 @@ typedef struct recompute {
   lamp_scratch *own; /* when driven without a model's scratch (exec->scratch NULL) */
   lamp_tensor *out;  /* the repeated forward's output where y is not given (accumulate_grads) */
   int forwarded;     /* a forward ran in the scratch: backward can repeat it */
+  lamp_scratch *used; /* the scratch of that forward, and its rewinds after it began */
+  uint64_t pass;
 } recompute;
 
 static lamp_status rc_output_shape(const lamp_layer *layer, int ndim, const int64_t *in, int *out_ndim, int64_t *out) {
@@ -102,6 +107,8 @@ static lamp_status rc_forward(lamp_layer *layer, const lamp_exec *exec, const la
   lamp_status st = enter(r, exec, &inner);
   if (st == LAMP_OK) st = m->ops->forward(m, &inner, x, y);
   r->forwarded = st == LAMP_OK;
+  r->used = inner.scratch;
+  r->pass = lamp_scratch_rewinds(inner.scratch);
   return st;
 }
 
@@ -117,12 +124,24 @@ static lamp_status repeat_forward(recompute *r, const lamp_exec *exec, lamp_exec
   return st;
 }
 
+/* The scratch is as the last forward left it: no Recompute has rewound it since. */
+static int still_there(const recompute *r, const lamp_exec *exec) {
+  const lamp_scratch *scratch = exec->scratch != NULL ? exec->scratch : r->own;
+  return r->forwarded && r->used == scratch && lamp_scratch_rewinds(scratch) == r->pass;
+}
+
 static lamp_status rc_backward(lamp_layer *layer, const lamp_exec *exec, const lamp_tensor *x, const lamp_tensor *y,
                                const lamp_tensor *dy, lamp_tensor *dx, size_t first_param) {
   recompute *r = (recompute *)layer;
   if (exec->in_scratch) return lamp_layer_backward_walk(r->module, exec, x, y, dy, dx, first_param);
-  lamp_exec inner;
-  lamp_status st = repeat_forward(r, exec, &inner, x, (lamp_tensor *)y); /* the same bits over y, see above */
+  lamp_exec inner = *exec;
+  lamp_status st = LAMP_OK;
+  if (still_there(r, exec)) {
+    inner.scratch = r->used;
+    inner.in_scratch = 1;
+  } else {
+    st = repeat_forward(r, exec, &inner, x, (lamp_tensor *)y); /* the same bits over y, see above */
+  }
   if (st == LAMP_OK) st = lamp_layer_backward_walk(r->module, &inner, x, y, dy, dx, first_param);
   return st;
 }

@@ -22,6 +22,7 @@ struct lamp_scratch {
   size_t n_chunks, chunk_cap;
   place *held; /* the pass's places, by chunk then offset */
   size_t n_held, held_cap;
+  uint64_t rewinds;
 };
 
 lamp_status lamp_scratch_new(lamp_scratch **out) {
@@ -37,7 +38,12 @@ void lamp_scratch_free(lamp_scratch *scratch) {
   free(scratch);
 }
 
-void lamp_scratch_rewind(lamp_scratch *scratch) { scratch->n_held = 0; }
+void lamp_scratch_rewind(lamp_scratch *scratch) {
+  scratch->n_held = 0;
+  scratch->rewinds++;
+}
+
+uint64_t lamp_scratch_rewinds(const lamp_scratch *scratch) { return scratch->rewinds; }
 
 static size_t chunk_bytes(const lamp_scratch *s, size_t c) { return s->chunks[c]->storage->nbytes; }
 

@@ -25,6 +25,9 @@ void lamp_scratch_free(lamp_scratch *scratch); /* NULL is a no-op; tensors taken
 /* Starts a pass: every tensor taken since the last rewind may be overwritten from now on. */
 void lamp_scratch_rewind(lamp_scratch *scratch);
 
+/* Rewinds so far: unchanged since a pass began, its tensors are still as it left them. */
+uint64_t lamp_scratch_rewinds(const lamp_scratch *scratch);
+
 /*
 ** Makes *t a contiguous tensor of this dtype and shape in the scratch, the next place of the
 ** pass (*t is kept when it is already that tensor, released and replaced otherwise).
