@@ -6,9 +6,10 @@
 --   build/lamp scripts/cifar10_resnet.lua --data=DIR [--epochs=30] [--batch=128] [--seed=0]
 --       [--precision=fp32|fp16|bf16] [--comm=auto] [--optim=sgd|adamw] [--lr=] [--wd=5e-4]
 --       [--accum=1] [--width=16,32] [--augment=1] [--save=DIR] [--save_every=STEPS] [--keep=3]
---       [--resume=DIR] [--start_over] [--metrics=FILE] [--zero=0|1]
+--       [--resume=DIR] [--start_over] [--metrics=FILE] [--zero=0|1] [--recompute]
 --
--- --save, --resume, --start_over, --metrics and --zero work as in scripts/fmnist_mlp.lua.
+-- --save, --resume, --start_over, --metrics and --zero work as in scripts/fmnist_mlp.lua; --recompute as in
+-- scripts/fmnist_resnet.lua (each stage in nn.Recompute).
 -- Training images get the usual augmentation (random 32x32 crop of the image padded by 4,
 -- random horizontal flip), seeded so that a run is reproducible; both splits are normalised
 -- per channel with the CIFAR-10 mean and std.
@@ -22,6 +23,7 @@ local args = lamp.parse_args(arg, {
   data = "", epochs = 30, batch = 128, lr = "auto", momentum = 0.9, wd = 5e-4, seed = 0, precision = "fp32",
   comm = "auto", optim = "sgd", accum = 1, width = "16,32", augment = 1, limit = 0,
   save = "", save_every = 0, keep = 3, resume = "", start_over = false, device = "cpu", metrics = "", zero = 0,
+  recompute = false,
 })
 if args.data == "" then error("--data=DIR is required: the folder holding CIFAR-10's binary files", 0) end
 
@@ -49,7 +51,8 @@ local test_loader = lamp.data.loader(test, { batch = 500 })
 local optim = training.optimizer(lamp, args, 0.1)
 local total_steps = loader:batches() * args.epochs // args.accum
 local trainer = lamp.Trainer {
-  model = resnet.build(nn, 3, 10, widths), loss = nn.CrossEntropy(), precision = lamp.precision(args.precision),
+  model = resnet.build(nn, 3, 10, widths, training.flag(args, "recompute")), loss = nn.CrossEntropy(),
+  precision = lamp.precision(args.precision),
   comm = comm, optim = optim, schedule = lamp.lr.cosine { total = total_steps }, seed = args.seed,
   accum = args.accum, metrics = training.metrics(args), shard_optimizer = training.shard_optimizer(args),
 }

@@ -179,6 +179,17 @@ static int nn_residual(lua_State *L) {
   return 1;
 }
 
+/* nn.Recompute(module) */
+static int nn_recompute(lua_State *L) {
+  lamp_layer *module = lampL_testobject(L, 1, LAMP_LAYER_CLASS);
+  if (module == NULL)
+    return luaL_error(L, "nn.Recompute: argument 1 (module) must be a layer, got %s", luaL_typename(L, 1));
+  lamp_layer *layer;
+  lampL_check(L, lamp_recompute_new(&layer, module));
+  push_layer(L, layer);
+  return 1;
+}
+
 static int nn_cross_entropy(lua_State *L) {
   lamp_loss *loss;
   lampL_check(L, lamp_cross_entropy_new(&loss));
@@ -247,6 +258,7 @@ static const luaL_Reg nn_functions[] = {{"Linear", nn_linear},
                                         {"Flatten", nn_flatten},
                                         {"Dropout", nn_dropout},
                                         {"Residual", nn_residual},
+                                        {"Recompute", nn_recompute},
                                         {"CrossEntropy", nn_cross_entropy},
                                         {NULL, NULL}};
 

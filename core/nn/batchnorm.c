@@ -12,6 +12,11 @@
 **
 ** The layer checks shapes and holds its parameters, buffers and the statistics its last forward
 ** saved (on the device, for backward); the device's backend does the arithmetic.
+**
+** A repeated training forward (exec->repeat, in nn.Recompute's backward) computes the batch
+** statistics again, to the same bits, but the running statistics must move once per training
+** forward: the backend's training forward always moves them, so the repeat hands it a sink of
+** the same shape instead, whose values nothing reads.
 */
 #include <math.h>
 #include <stdio.h>
@@ -35,6 +40,7 @@ typedef struct batchnorm {
   lamp_tensor *weight, *bias, *gweight, *gbias;
   lamp_tensor *buffers[BN_BUFFERS];
   lamp_tensor *saved;             /* fp32 [4C] on the device: the last forward's mean, 1/std, scale, shift */
+  lamp_tensor *sink;              /* fp32 [2C + 1]: running statistics a repeated forward moves instead */
   int trained;                    /* the last forward used batch statistics */
   int rectified;                  /* the last forward had the ReLU fused on */
 } batchnorm;
@@ -199,6 +205,18 @@ static lamp_status common_args(batchnorm *b, const lamp_exec *exec, const lamp_t
   return LAMP_OK;
 }
 
+/* A repeated forward's running statistics: the sink's (a new tensor is zeros), not the buffers'. */
+static lamp_status point_at_sink(batchnorm *b, const lamp_exec *exec, lamp_batchnorm_args *a) {
+  int64_t shape[1] = {2 * b->c + 1};
+  lamp_status st = lamp_tensor_ensure(&b->sink, LAMP_F32, exec->device, 1, shape, LAMP_MEM_WORKSPACE);
+  if (st != LAMP_OK) return st;
+  float *sink = lamp_tensor_data(b->sink);
+  a->running_mean = sink;
+  a->running_var = sink + b->c;
+  a->batches_tracked = sink + 2 * b->c;
+  return LAMP_OK;
+}
+
 /* relu: a ReLU rides on the affine pass. */
 static lamp_status forward_pass(batchnorm *b, const lamp_exec *exec, const lamp_tensor *x, lamp_tensor *y, int relu) {
   lamp_batchnorm_args a;
@@ -216,7 +234,8 @@ static lamp_status forward_pass(batchnorm *b, const lamp_exec *exec, const lamp_
   a.running_mean = lamp_tensor_data(b->buffers[BUF_MEAN]);
   a.running_var = lamp_tensor_data(b->buffers[BUF_VAR]);
   a.batches_tracked = lamp_tensor_data(b->buffers[BUF_COUNT]);
-  st = lamp_batchnorm_forward(exec->device, &a);
+  if (exec->training && exec->repeat) st = point_at_sink(b, exec, &a);
+  if (st == LAMP_OK) st = lamp_batchnorm_forward(exec->device, &a);
   if (st == LAMP_OK) {
     b->trained = exec->training;
     b->rectified = relu;
@@ -319,6 +338,7 @@ static void bn_destroy(lamp_layer *layer) {
   for (size_t i = 0; i < sizeof ts / sizeof ts[0]; i++) lamp_tensor_release(ts[i]);
   for (int i = 0; i < BN_BUFFERS; i++) lamp_tensor_release(b->buffers[i]);
   lamp_tensor_release(b->saved);
+  lamp_tensor_release(b->sink);
   free(b);
 }
 

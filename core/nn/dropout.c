@@ -142,11 +142,17 @@ static lamp_status dropout_forward(lamp_layer *layer, const lamp_exec *exec, con
   lamp_status st = check_like(d, x, "input", x);
   if (st == LAMP_OK) st = check_like(d, y, "output", x);
   if (st != LAMP_OK) return st;
-  d->masked = exec->training && d->p > 0.0;
   size_t n = lamp_tensor_numel(x);
+  if (exec->repeat) {
+    if (d->masked && lamp_tensor_numel(d->mask) != n)
+      return lamp_error(LAMP_ERR_INVALID_USAGE,
+                        "Dropout(%g): a repeated forward for another input than the last forward's", d->p);
+  } else {
+    d->masked = exec->training && d->p > 0.0;
+  }
   if (!d->masked)
     return lamp_convert(exec->device, lamp_tensor_data(y), y->dtype, lamp_tensor_data(x), x->dtype, n);
-  st = draw_mask(d, exec, x);
+  if (!exec->repeat) st = draw_mask(d, exec, x);
   if (st != LAMP_OK) return st;
   return lamp_apply_mask(exec->device, lamp_tensor_data(y), y->dtype, lamp_tensor_data(x), x->dtype,
                          lamp_tensor_data(d->mask), (float)(1.0 / (1.0 - d->p)), n);

@@ -18,6 +18,7 @@
 #include "tensor/tensor.h"
 
 typedef struct lamp_layer lamp_layer;
+typedef struct lamp_scratch lamp_scratch; /* scratch.h */
 
 /* How a parameter is initialised when the model is built. */
 typedef enum lamp_init_kind {
@@ -85,6 +86,18 @@ typedef struct lamp_exec {
   ** synchronisation, so waiting for its last upload costs nothing.
   */
   unsigned host_slot;
+  /*
+  ** nn.Recompute (recompute.c). scratch: the model's scratch (scratch.h) that every Recompute of
+  ** it shares; NULL for layers driven without a model. in_scratch: set inside a Recompute:
+  ** containers take the tensors they keep between their children (outputs and their gradients)
+  ** from exec->scratch instead of owning them (lamp_nn_intermediate). repeat: this forward
+  ** repeats the last training forward of these layers, in a Recompute's backward: Dropout applies
+  ** the mask it drew then (no new draw, no stream taken), BatchNorm computes the same batch
+  ** statistics but leaves its running statistics alone.
+  */
+  lamp_scratch *scratch;
+  int in_scratch;
+  int repeat;
 } lamp_exec;
 
 typedef struct lamp_layer_ops {
@@ -215,6 +228,15 @@ lamp_status lamp_flatten_new(lamp_layer **out);
 /* Zeroes each element with probability p in training (survivors scaled by 1/(1-p));
    the identity in evaluation. 0 <= p < 1. */
 lamp_status lamp_dropout_new(lamp_layer **out, double p);
+
+/*
+** Activation recomputation: in a training forward the module's intermediate tensors go to the
+** model's shared scratch and are overwritten by the next Recompute; its backward runs its forward
+** again (the same kernels on the same input: the same bits) and then its backward. Parameters and
+** buffers are the module's, under the module's own names (no name level of its own). Retains
+** module.
+*/
+lamp_status lamp_recompute_new(lamp_layer **out, lamp_layer *module);
 
 /* y = block(x) + (projection ? projection(x) : x). Retains block and projection (may be NULL);
    parameters: the block's, then the projection's. */

@@ -9,6 +9,7 @@
 
 #include "base/error.h"
 #include "nn/layer.h"
+#include "nn/scratch.h"
 #include "tensor/dtype.h"
 
 /* "[2, 3, 28, 28]" */
@@ -75,6 +76,23 @@ static inline lamp_status lamp_nn_bind_param(const char *layer, const lamp_param
   *w = lamp_tensor_retain(weight);
   *g = lamp_tensor_retain(grad);
   return LAMP_OK;
+}
+
+/*
+** A tensor a container keeps between its children (an output, or the gradient at one), in
+** exec's activation place: its own *t, reused across batches, or inside nn.Recompute a place in
+** the shared scratch that lives until the next Recompute runs.
+*/
+static inline lamp_status lamp_nn_intermediate(const lamp_exec *exec, lamp_tensor **t, lamp_dtype dtype, int ndim,
+                                               const int64_t *shape) {
+  if (exec->in_scratch) return lamp_scratch_take(exec->scratch, t, dtype, exec->device, ndim, shape);
+  return lamp_tensor_ensure(t, dtype, exec->device, ndim, shape, LAMP_MEM_ACTIVATIONS);
+}
+
+/* Inside nn.Recompute, a tensor of lamp_nn_intermediate that the backward no longer needs: its
+   place in the scratch is free for the next one (t may be NULL or a tensor of another's). */
+static inline void lamp_nn_done_with(const lamp_exec *exec, const lamp_tensor *t) {
+  if (exec->in_scratch) lamp_scratch_give_back(exec->scratch, t);
 }
 
 #endif

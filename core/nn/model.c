@@ -13,6 +13,7 @@
 #include "base/error.h"
 #include "nn/fits.h"
 #include "nn/model.h"
+#include "nn/scratch.h"
 #include "tensor/dtype.h"
 #include "tensor/memory.h"
 #include "tensor/rng.h"
@@ -54,6 +55,7 @@ struct lamp_model {
   unsigned host_slot;    /* the next forwards' exec.host_slot */
   lamp_tensor *y;        /* output buffer, reused across batches */
   const lamp_tensor *x;  /* borrowed input of the last forward, for backward */
+  lamp_scratch *scratch; /* what every nn.Recompute of the model shares (recompute.c) */
   lamp_exec exec;        /* of the last forward */
   int fits_ndim;         /* the last input shape whose layer outputs were found to fit (0: none) */
   int64_t fits_shape[LAMP_MAX_DIMS];
@@ -63,7 +65,10 @@ lamp_status lamp_model_new(lamp_model **out, lamp_layer *root) {
   *out = NULL;
   if (root == NULL) return lamp_error(LAMP_ERR_INVALID_ARG, "model: the root layer is NULL");
   lamp_model *m = calloc(1, sizeof *m);
-  if (m == NULL) return lamp_error(LAMP_ERR_SYSTEM, "model: out of memory");
+  if (m == NULL || lamp_scratch_new(&m->scratch) != LAMP_OK) {
+    free(m);
+    return lamp_error(LAMP_ERR_SYSTEM, "model: out of memory");
+  }
   m->root = lamp_layer_retain(root);
   *out = m;
   return LAMP_OK;
@@ -109,6 +114,7 @@ void lamp_model_free(lamp_model *model) {
   teardown(model);
   lamp_tensor_release(model->y);
   lamp_layer_release(model->root);
+  lamp_scratch_free(model->scratch);
   free(model);
 }
 
@@ -624,7 +630,8 @@ lamp_status lamp_model_forward(lamp_model *model, const lamp_tensor *x, int trai
                             .seed = model->config.seed,
                             .forward_index = model->forwards,
                             .rng_streams = &model->rng_streams,
-                            .host_slot = model->host_slot};
+                            .host_slot = model->host_slot,
+                            .scratch = model->scratch};
   model->rng_streams = 0;
   if (training) model->forwards++;
   lamp_layer *root = model->root;

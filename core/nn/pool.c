@@ -120,7 +120,7 @@ static lamp_status pool_forward(lamp_layer *layer, const lamp_exec *exec, const 
   if (p->kind != POOL_MAX)
     return lamp_avgpool_forward(exec->device, lamp_tensor_data(y), y->dtype, lamp_tensor_data(x), x->dtype, planes,
                                 &g);
-  st = lamp_tensor_ensure(&p->argmax, LAMP_I32, exec->device, y->ndim, y->shape, LAMP_MEM_ACTIVATIONS);
+  st = lamp_nn_intermediate(exec, &p->argmax, LAMP_I32, y->ndim, y->shape);
   if (st != LAMP_OK) return st;
   return lamp_maxpool_forward(exec->device, lamp_tensor_data(y), y->dtype, lamp_tensor_data(p->argmax),
                               lamp_tensor_data(x), x->dtype, planes, &g);

@@ -5,6 +5,9 @@
 ** dL/d(projection output) = dy, both branches take dy as it comes and dx is the sum of their
 ** input gradients (plus dy itself for the identity).
 **
+** Inside nn.Recompute the three come from the model's shared scratch (lamp_nn_intermediate) and
+** the combined backward gives each back once used.
+**
 ** Parameters (and buffers) are the block's, then the projection's, named "block.*" and
 ** "projection.*". The combined backward walks the projection first (its parameters come
 ** last), so gradients are announced highest index first, as the bucketed all-reduce wants.
@@ -141,7 +144,7 @@ static lamp_status run_child(lamp_layer *child, const lamp_exec *exec, const lam
   int nd;
   int64_t shape[LAMP_MAX_DIMS];
   lamp_status st = child->ops->output_shape(child, x->ndim, x->shape, &nd, shape);
-  if (st == LAMP_OK) st = lamp_tensor_ensure(out, exec->activation_dtype, exec->device, nd, shape, LAMP_MEM_ACTIVATIONS);
+  if (st == LAMP_OK) st = lamp_nn_intermediate(exec, out, exec->activation_dtype, nd, shape);
   if (st == LAMP_OK) st = child->ops->forward(child, exec, x, *out);
   return st;
 }
@@ -199,9 +202,9 @@ static lamp_status add_skip_gradient(residual *r, const lamp_exec *exec, const l
   return lamp_add_into(exec->device, lamp_tensor_data(dx), dx->dtype, lamp_tensor_data(g), g->dtype, lamp_tensor_numel(dx));
 }
 
-static lamp_status ensure_dxp(residual *r, const lamp_tensor *x, const lamp_tensor *dx) {
+static lamp_status ensure_dxp(residual *r, const lamp_exec *exec, const lamp_tensor *x, const lamp_tensor *dx) {
   if (r->proj == NULL || dx == NULL) return LAMP_OK;
-  return lamp_tensor_ensure(&r->dxp, dx->dtype, dx->device, x->ndim, x->shape, LAMP_MEM_ACTIVATIONS);
+  return lamp_nn_intermediate(exec, &r->dxp, dx->dtype, x->ndim, x->shape);
 }
 
 static lamp_status res_backward_input(lamp_layer *layer, const lamp_exec *exec, const lamp_tensor *x,
@@ -209,7 +212,7 @@ static lamp_status res_backward_input(lamp_layer *layer, const lamp_exec *exec, 
   residual *r = (residual *)layer;
   (void)y; /* the block's output is h; the sum's own is not needed */
   lamp_status st = check_ready(r, dy);
-  if (st == LAMP_OK) st = ensure_dxp(r, x, dx);
+  if (st == LAMP_OK) st = ensure_dxp(r, exec, x, dx);
   if (st == LAMP_OK && r->proj != NULL) st = r->proj->ops->backward_input(r->proj, exec, x, r->p, dy, dx ? r->dxp : NULL);
   if (st == LAMP_OK) st = r->block->ops->backward_input(r->block, exec, x, r->h, dy, dx);
   if (st == LAMP_OK && dx != NULL) st = add_skip_gradient(r, exec, dy, dx);
@@ -232,11 +235,14 @@ static lamp_status res_backward(lamp_layer *layer, const lamp_exec *exec, const 
   residual *r = (residual *)layer;
   (void)y;
   lamp_status st = check_ready(r, dy);
-  if (st == LAMP_OK) st = ensure_dxp(r, x, dx);
+  if (st == LAMP_OK) st = ensure_dxp(r, exec, x, dx);
   if (st == LAMP_OK && r->proj != NULL)
     st = lamp_layer_backward_walk(r->proj, exec, x, r->p, dy, dx ? r->dxp : NULL, first_param + r->block_params);
+  if (st == LAMP_OK) lamp_nn_done_with(exec, r->p); /* inside nn.Recompute: used up */
   if (st == LAMP_OK) st = lamp_layer_backward_walk(r->block, exec, x, r->h, dy, dx, first_param);
+  if (st == LAMP_OK) lamp_nn_done_with(exec, r->h);
   if (st == LAMP_OK && dx != NULL) st = add_skip_gradient(r, exec, dy, dx);
+  if (st == LAMP_OK) lamp_nn_done_with(exec, r->dxp);
   return st;
 }
 

@@ -5,6 +5,9 @@
 ** backward_input, must hand each child the same (input, output gradient) pair that
 ** backward_input computed.
 **
+** Inside nn.Recompute (exec->in_scratch) both come from the model's shared scratch instead
+** (lamp_nn_intermediate), and the combined backward gives each back as soon as it is used up.
+**
 ** A child that fuses with the ReLU after it (fusion.h) runs with it as one forward (fused[i]):
 ** the child's own output is never stored. Backward still walks both: the ReLU reads only its
 ** output, which stands in for its input, and the child is handed the rectified output as y;
@@ -156,8 +159,7 @@ static lamp_status output_tensor(sequential *s, size_t i, const lamp_exec *exec,
   int nd;
   int64_t shape[LAMP_MAX_DIMS];
   lamp_status st = c->ops->output_shape(c, in->ndim, in->shape, &nd, shape);
-  if (st == LAMP_OK)
-    st = lamp_tensor_ensure(&s->acts[i], exec->activation_dtype, exec->device, nd, shape, LAMP_MEM_ACTIVATIONS);
+  if (st == LAMP_OK) st = lamp_nn_intermediate(exec, &s->acts[i], exec->activation_dtype, nd, shape);
   if (st == LAMP_OK) *out = s->acts[i];
   return st;
 }
@@ -181,10 +183,11 @@ static lamp_status seq_forward(lamp_layer *layer, const lamp_exec *exec, const l
 }
 
 /* Where child i's input gradient goes: dx for the first child, else a buffer shaped like its input. */
-static lamp_status input_gradient(sequential *s, size_t i, const lamp_tensor *in, lamp_tensor *dx, lamp_tensor **din) {
+static lamp_status input_gradient(sequential *s, size_t i, const lamp_exec *exec, const lamp_tensor *in,
+                                  lamp_tensor *dx, lamp_tensor **din) {
   *din = dx;
   if (i == 0) return LAMP_OK;
-  lamp_status st = lamp_tensor_ensure(&s->grads[i - 1], in->dtype, in->device, in->ndim, in->shape, LAMP_MEM_ACTIVATIONS);
+  lamp_status st = lamp_nn_intermediate(exec, &s->grads[i - 1], in->dtype, in->ndim, in->shape);
   if (st == LAMP_OK) *din = s->grads[i - 1];
   return st;
 }
@@ -205,7 +208,7 @@ static lamp_status seq_backward_input(lamp_layer *layer, const lamp_exec *exec, 
     lamp_layer *c = s->children[i];
     lamp_tensor *din;
     const lamp_tensor *in = input_of(s, i, x, y);
-    st = input_gradient(s, i, in, dx, &din);
+    st = input_gradient(s, i, exec, in, dx, &din);
     if (st != LAMP_OK) return st;
     st = c->ops->backward_input(c, exec, in, output_of(s, i, y), dout, din);
     if (st != LAMP_OK) return st;
@@ -216,6 +219,16 @@ static lamp_status seq_backward_input(lamp_layer *layer, const lamp_exec *exec, 
 
 /* Child i and the ReLU fused after it go back as one call. */
 static int backward_with_relu(const sequential *s, size_t i) { return s->fused[i] && s->fused[i]->backward != NULL; }
+
+/*
+** After child i's backward, inside nn.Recompute: its output gradient and its output (unless it is
+** the ReLU of a pair, whose output the child before it still takes) are needed no more.
+*/
+static void release_after(const sequential *s, const lamp_exec *exec, size_t i, const lamp_tensor *out,
+                          const lamp_tensor *y, const lamp_tensor *dout, const lamp_tensor *dy) {
+  if (dout != dy) lamp_nn_done_with(exec, dout);
+  if (out != y && !(i > 0 && s->fused[i - 1])) lamp_nn_done_with(exec, out);
+}
 
 /*
 ** The combined walk, last child first: each child's parameter gradients are accumulated and
@@ -233,7 +246,7 @@ static lamp_status seq_backward(lamp_layer *layer, const lamp_exec *exec, const 
     if (i > 0 && backward_with_relu(s, i - 1)) continue; /* the ReLU of a pair: the child before it applies it */
     lamp_tensor *din;
     const lamp_tensor *in = input_of(s, i, x, y), *out = output_of(s, i, y);
-    st = input_gradient(s, i, in, dx, &din);
+    st = input_gradient(s, i, exec, in, dx, &din);
     if (st != LAMP_OK) return st;
     size_t child_first = first_param + s->first_param[i];
     if (backward_with_relu(s, i)) {
@@ -247,6 +260,7 @@ static lamp_status seq_backward(lamp_layer *layer, const lamp_exec *exec, const 
       if (st == LAMP_OK) st = c->ops->backward_input(c, exec, in, out, dout, din);
     }
     if (st != LAMP_OK) return st;
+    release_after(s, exec, i, out, y, dout, dy);
     dout = din;
   }
   return LAMP_OK;

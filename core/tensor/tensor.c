@@ -93,21 +93,32 @@ lamp_status lamp_tensor_new(lamp_tensor **out, lamp_dtype dtype, lamp_device dev
 
 lamp_status lamp_tensor_view(lamp_tensor **out, lamp_tensor *base, size_t offset, int ndim,
                              const int64_t *shape) {
+  size_t esize = lamp_dtype_size(base->dtype);
+  if (esize == 0) {
+    *out = NULL;
+    return lamp_error(LAMP_ERR_INVALID_ARG, "tensor: unknown dtype %d", (int)base->dtype);
+  }
+  return lamp_tensor_view_as(out, base, offset * esize, base->dtype, ndim, shape);
+}
+
+lamp_status lamp_tensor_view_as(lamp_tensor **out, lamp_tensor *base, size_t byte_offset, lamp_dtype dtype, int ndim,
+                                const int64_t *shape) {
   *out = NULL;
   size_t numel;
   lamp_status st = check_shape(ndim, shape, &numel);
   if (st != LAMP_OK) return st;
-  size_t esize = lamp_dtype_size(base->dtype);
-  if (esize == 0) return lamp_error(LAMP_ERR_INVALID_ARG, "tensor: unknown dtype %d", (int)base->dtype);
-  size_t start = base->offset + offset;
-  if (start < offset || numel > base->storage->nbytes / esize || start > base->storage->nbytes / esize - numel)
-    return lamp_error(LAMP_ERR_INVALID_ARG, "tensor: view of %zu elements at %zu exceeds its storage (%zu elements)",
-                      numel, start, base->storage->nbytes / esize);
+  size_t esize = lamp_dtype_size(dtype), base_size = lamp_dtype_size(base->dtype);
+  if (esize == 0 || base_size == 0)
+    return lamp_error(LAMP_ERR_INVALID_ARG, "tensor: unknown dtype %d", (int)(esize == 0 ? dtype : base->dtype));
+  size_t start = base->offset * base_size + byte_offset, elements = base->storage->nbytes / esize;
+  if (start < byte_offset || start % esize != 0 || numel > elements || start / esize > elements - numel)
+    return lamp_error(LAMP_ERR_INVALID_ARG, "tensor: view of %zu elements at byte %zu exceeds its storage (%zu bytes)",
+                      numel, start, base->storage->nbytes);
   lamp_tensor *t = calloc(1, sizeof *t);
   if (t == NULL) return lamp_error(LAMP_ERR_SYSTEM, "tensor: out of memory");
-  t->dtype = base->dtype;
+  t->dtype = dtype;
   t->device = base->device;
-  t->offset = start;
+  t->offset = start / esize;
   t->storage = base->storage;
   t->storage->refcount++;
   t->refcount = 1;

@@ -40,6 +40,11 @@ lamp_status lamp_tensor_new(lamp_tensor **out, lamp_dtype dtype, lamp_device dev
 lamp_status lamp_tensor_view(lamp_tensor **out, lamp_tensor *base, size_t offset, int ndim,
                              const int64_t *shape);
 
+/* The same with a dtype of its own, `byte_offset` bytes past base's start (a multiple of the
+   dtype's size): one buffer carved into tensors of several dtypes (core/nn/scratch.c). */
+lamp_status lamp_tensor_view_as(lamp_tensor **out, lamp_tensor *base, size_t byte_offset, lamp_dtype dtype, int ndim,
+                                const int64_t *shape);
+
 lamp_tensor *lamp_tensor_retain(lamp_tensor *t);
 void lamp_tensor_release(lamp_tensor *t); /* NULL is a no-op */
 

@@ -27,6 +27,13 @@ local function count_argument(name, value, min, meaning)
   return n
 end
 
+-- A flag given as --name (true) or left out (false); --name=VALUE is an error.
+function M.flag(args, name)
+  local v = args[name]
+  if type(v) ~= "boolean" then error(string.format("--%s takes no value, got --%s=%s", name, name, tostring(v)), 0) end
+  return v
+end
+
 -- --limit=N trains on the first N samples of the data set (0: all of them).
 function M.limit(dataset, limit)
   local n = count_argument("limit", limit, 0, " (0: the whole data set)")
@@ -92,6 +99,9 @@ function M.run(lamp, trainer, loader, test_loader, args)
   while trainer:stats().epochs < args.epochs do
     local epoch = trainer:stats().epochs + 1
     local r = trainer:epoch(loader, { max_steps = args.save ~= "" and args.save_every or 0 })
+    -- The ledger before anything is evaluated: its peaks are those of training alone (an evaluation
+    -- runs larger batches without gradients, a peak of its own).
+    M.training_memory = M.training_memory or lamp.memory()
     if r.done then
       last = trainer:evaluate(test_loader)
       lamp.log0(string.format("epoch %d  train loss %.4f  test loss %.4f  test accuracy %.2f %%  %.0f samples/s",
@@ -102,12 +112,17 @@ function M.run(lamp, trainer, loader, test_loader, args)
   return last or trainer:evaluate(test_loader)
 end
 
--- The memory ledger, current and peak MiB per category (call on one rank).
+-- The memory ledger, current and peak MiB per category, and the activation peak of training alone
+-- (call on one rank).
 function M.print_memory(lamp)
   local mem = lamp.memory()
   print("memory (MiB)        current      peak")
   for _, k in ipairs { "params", "grads", "master", "optim_state", "activations", "workspace", "data", "total" } do
     print(string.format("  %-14s %9.2f %9.2f", k, mem[k].current / 1048576, mem[k].peak / 1048576))
+  end
+  if M.training_memory then
+    print(string.format("activation peak while training, before the first evaluation: %d bytes",
+      M.training_memory.activations.peak))
   end
 end
 

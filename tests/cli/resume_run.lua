@@ -3,7 +3,7 @@
 -- --resume, and saves the final state to --save. Two runs of 10 steps with a save and a resume
 -- in between must leave a checkpoint byte-identical to one run of 20.
 -- --device runs it on another device (the simulated one under build/tests/lamp-sim), --clip clips,
--- --net=resnet trains the small ResNet of scripts/lib, and --graphs=on|off overrides the Trainer's
+-- --net=resnet trains the small ResNet of scripts/lib (--recompute: its stages in nn.Recompute), and --graphs=on|off overrides the Trainer's
 -- default for recording micro-steps as device graphs. --master_weights=false and
 -- --stochastic_rounding set the fp16/bf16 plugins' options of those names; --zero=1 shards the
 -- optimizer state over the ranks (the Trainer's shard_optimizer), --bucket_mb sizes the gradient
@@ -14,7 +14,7 @@ local nn = lamp.nn
 local args = lamp.parse_args(arg, { precision = "fp32", optim = "sgd", accum = 1, steps = 20, save = "",
                                     resume = "", limit = 512, batch = 32, seed = 3, net = "mlp", device = "cpu",
                                     clip = 0, graphs = "auto", master_weights = "policy",
-                                    stochastic_rounding = false, zero = 0, bucket_mb = 25 })
+                                    stochastic_rounding = false, zero = 0, bucket_mb = 25, recompute = false })
 local graphs = ({ auto = nil, on = true, off = false })[args.graphs]
 assert(args.graphs == "auto" or graphs ~= nil, "--graphs must be auto, on or off")
 lamp.device(args.device)
@@ -34,7 +34,7 @@ local loader = lamp.data.loader(train, { batch = args.batch // comm:size(), shuf
                                          seed = args.seed, comm = comm })
 local model
 if args.net == "resnet" then
-  model = require("resnet").build(nn, 1, 10)
+  model = require("resnet").build(nn, 1, 10, nil, args.recompute)
 elseif args.net == "cnn" then
   model = nn.Sequential { nn.Conv2d(1, 8, 3, { padding = 1, bias = false }), nn.BatchNorm2d(8), nn.ReLU(),
                           nn.MaxPool2d(2), nn.Dropout(0.1), nn.GlobalAvgPool(), nn.Flatten(), nn.Linear(8, 10) }

@@ -121,5 +121,8 @@ for _, script in ipairs { "fmnist_mlp.lua", "fmnist_resnet.lua", "precision_tour
 end
 local code, out = run_script("fmnist_mlp.lua", "--batch=-128")
 assert(code == 1 and out:find("lamp: --batch must be a whole number >= 1, got -128\n", 1, true), out)
+-- --recompute is a flag: a value is refused, whatever it is.
+code, out = run_script("fmnist_resnet.lua", "--recompute=2")
+assert(code == 1 and out:find("lamp: --recompute takes no value, got --recompute=2\n", 1, true), out)
 
 print("numbers: ok")

@@ -12,7 +12,8 @@
 # compared too (and each fp16 run must have skipped some). On the sim the micro-steps are recorded
 # as device graphs and replayed (the Trainer's default where the device records them): the
 # ResNet's runs must have replayed some, and the networks with Dropout, whose masks are drawn on
-# the host, must have given graphs up, saying why.
+# the host, must have given graphs up, saying why. The ResNet with its stages in nn.Recompute is
+# trained the same way.
 # Usage: test_sim_train.sh LAMP LAMP_SIM SOURCE_DIR
 set -u
 lamp=$1
@@ -77,6 +78,12 @@ for p in fp32 fp16 bf16; do
   sim_case "resnet-$p" --net=resnet --precision=$p "${common[@]}"
 done
 sim_case "cnn-dropout-adamw-fp16" --net=cnn --precision=fp16 --optim=adamw "${common[@]}"
+# nn.Recompute: the ResNet's stages recomputed in backward, their intermediates in the model's
+# shared scratch (allocated in the first step, then reused: the micro-steps are recorded and
+# replayed), resumed on the sim, against the CPU.
+for p in fp16 bf16; do
+  sim_case "resnet-recompute-$p" --net=resnet --recompute --precision=$p "${common[@]}"
+done
 # Stochastic rounding: the device draws the CPU's bits (with masters; without them, BatchNorm's
 # keep_f32 parameters beside the rounded ones).
 sim_case "mlp-bf16-sr" --net=mlp --precision=bf16 --stochastic_rounding "${common[@]}"
