@@ -146,15 +146,16 @@ render() { # records
       return n % 2 ? v[(n + 1) / 2] : (v[n / 2] + v[n / 2 + 1]) / 2
     }
     # Scaling from 1 to 2 processes: the median over the repeats of the paired runs of each.
-    function scaling(k, what,   a, b, le, te, r) {
-      a = k "-1"; b = k "-2"
+    function scaling(k, what,   a, b, z, le, te, ze, r) {
+      a = k "-1"; b = k "-2"; z = k "-zero-2"
       if (!((a in n) && (b in n) && (a in torch) && (b in torch))) return
-      le = te = ""
+      le = te = ze = ""
       for (r = 1; r <= n[a] && r <= n[b]; r++) {
         le = le " " sps[b, r] / (2 * sps[a, r]); te = te " " tsps[b, r] / (2 * tsps[a, r])
+        if (z in n && r <= n[z]) ze = ze " " sps[z, r] / (2 * sps[a, r])
       }
-      printf "\nScaling of %s from 1 to 2 processes (2-process samples/s over twice the 1-process): lamp %.1f %%, PyTorch %.1f %%.\n",
-        what, 100 * median(le), 100 * median(te)
+      printf "\nScaling of %s from 1 to 2 processes (2-process samples/s over twice the 1-process): lamp %.1f %%%s, PyTorch %.1f %%.\n",
+        what, 100 * median(le), ze == "" ? "" : sprintf(" (%.1f %% with ZeRO-1)", 100 * median(ze)), 100 * median(te)
     }
     function grouped(x,   s, r) {
       s = sprintf("%.0f", x); r = ""
@@ -169,7 +170,7 @@ render() { # records
     }
     $1 == "optim" { passes[++np] = $2; ms[np] = $3; gbs[np] = $4; pct[np] = $5 }
     END {
-      split("mlp mlp-bf16 mlp-fp16 resnet-fp32 resnet-bf16 resnet-fp16 ddp-1 ddp-2 ddp-resnet-1 ddp-resnet-2", order, " ")
+      split("mlp mlp-bf16 mlp-fp16 resnet-fp32 resnet-bf16 resnet-fp16 ddp-1 ddp-2 ddp-zero-2 ddp-resnet-1 ddp-resnet-2 ddp-resnet-zero-2", order, " ")
       label["mlp"] = "MLP fp32 (`mlp.sh`)"
       label["mlp-bf16"] = "MLP bf16 (`precision.sh`)"
       label["mlp-fp16"] = "MLP fp16 (`precision.sh`)"
@@ -180,6 +181,8 @@ render() { # records
       label["ddp-2"] = "MLP fp32, 2 processes × 1 thread (`ddp.sh`)"
       label["ddp-resnet-1"] = "small ResNet fp32, 1 process × 1 thread (`ddp.sh`)"
       label["ddp-resnet-2"] = "small ResNet fp32, 2 processes × 1 thread (`ddp.sh`)"
+      label["ddp-zero-2"] = "MLP fp32, 2 processes × 1 thread, lamp with ZeRO-1 (`ddp.sh`)"
+      label["ddp-resnet-zero-2"] = "small ResNet fp32, 2 processes × 1 thread, lamp with ZeRO-1 (`ddp.sh`)"
       printf "- Machine: %s, %s cores (%s), %s of memory, %s\n", meta["cpu"], meta["cores"], meta["features"],
         meta["memory"], meta["os"]
       printf "- %s, %s\n", meta["lamp"], meta["blas"]

@@ -4,10 +4,11 @@
 # resnet.sh), global batch 128, fp32, SGD with momentum, Fashion-MNIST:
 #
 #   lamp     1 rank  x 1 thread   OPENBLAS_NUM_THREADS=1 build/lamp SCRIPT
-#   lamp     2 ranks x 1 thread   OPENBLAS_NUM_THREADS=1 scripts/lamp-run -n 2 SCRIPT
+#   lamp     2 ranks x 1 thread   OPENBLAS_NUM_THREADS=1 scripts/lamp-run -n 2 SCRIPT [--zero=1]
 #   pytorch  1 process  x 1 thread    torch_twin.py --threads 1
 #   pytorch  2 processes x 1 thread   torch_twin.py --threads 1, RANK/WORLD_SIZE/MASTER_ADDR/MASTER_PORT
 #
+# The 2-rank lamp run goes twice, plain data parallel and with its optimizer state sharded (ZeRO-1).
 # SCRIPT is scripts/fmnist_mlp.lua or scripts/fmnist_resnet.lua (the twin's --arch mlp or cnn).
 # Prints samples/s (all ranks together) and test accuracy of each run, and each framework's
 # scaling efficiency: 2-rank throughput / (2 x 1-rank throughput). PyTorch runs with the
@@ -42,8 +43,8 @@ workload() { # script arch default-epochs
 }
 
 lamp_1() { "$build/lamp" "$script" "${epoch_args[@]}" 2>/dev/null | lamp_result; }
-lamp_2() {
-  LAMP_BIN="$build/lamp" LAMP_LOG=warn scripts/lamp-run -n 2 "$script" "${epoch_args[@]}" 2>/dev/null |
+lamp_2() { # [--zero=1]
+  LAMP_BIN="$build/lamp" LAMP_LOG=warn scripts/lamp-run -n 2 "$script" "${epoch_args[@]}" "$@" 2>/dev/null |
     lamp_result
 }
 torch_1() {
@@ -72,16 +73,19 @@ report() { # label, "samples/s accuracy%" -> sets last and last_acc
 }
 efficiency() { awk -v two="$2" -v one="$3" -v l="$1" 'BEGIN { printf "%-46s %9.1f%%  (%d / (2 x %d))\n", l, 100 * two / (2 * one), two, one }'; }
 
-# One repeat of a workload's four runs; its records are KEY-1 and KEY-2.
+# One repeat of a workload's five runs; its records are KEY-1, KEY-2 and KEY-zero-2.
 scaling() { # key title
   printf "%-46s %10s %10s\n" "run ($2)" "samples/s" "accuracy"
   report "lamp 1 rank x 1 thread (core $lamp_core)" "$(lamp_1)"; l1=$last l1_acc=$last_acc
   report "lamp 2 ranks x 1 thread (mpi)" "$(lamp_2)"; l2=$last l2_acc=$last_acc
+  report "lamp 2 ranks x 1 thread (mpi, ZeRO-1)" "$(lamp_2 --zero=1)"; lz=$last lz_acc=$last_acc
   report "pytorch 1 process x 1 thread" "$(torch_1)"; t1=$last t1_acc=$last_acc
   report "pytorch DDP 2 processes x 1 thread (gloo)" "$(torch_2)"; t2=$last t2_acc=$last_acc
   bench_record row "$1-1" "$l1" "$l1_acc" "$t1" "$t1_acc"
   bench_record row "$1-2" "$l2" "$l2_acc" "$t2" "$t2_acc"
+  bench_record row "$1-zero-2" "$lz" "$lz_acc" "$t2" "$t2_acc"
   efficiency "lamp scaling efficiency" "$l2" "$l1"
+  efficiency "lamp scaling efficiency, ZeRO-1" "$lz" "$l1"
   efficiency "pytorch scaling efficiency" "$t2" "$t1"
   awk -v l="$l2" -v t="$t2" 'BEGIN { printf "%-46s %9.2fx\n", "lamp 2 ranks / pytorch DDP 2 processes", l / t }'
 }

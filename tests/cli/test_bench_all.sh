@@ -53,18 +53,21 @@ row${t}mlp${t}9000${t}86.59${t}10000${t}86.32
 row${t}mlp-fp16${t}8000${t}86.60${t}-${t}-
 row${t}ddp-1${t}8000${t}86.62${t}8000${t}86.37
 row${t}ddp-2${t}10000${t}86.72${t}6400${t}86.37
+row${t}ddp-zero-2${t}10400${t}86.70${t}6400${t}86.37
 row${t}ddp-resnet-1${t}1000${t}80.10${t}800${t}80.00
 row${t}ddp-resnet-2${t}1900${t}80.20${t}1200${t}80.00
 row${t}mlp${t}12000${t}86.59${t}8000${t}86.40
 row${t}mlp-fp16${t}8200${t}86.60${t}-${t}-
 row${t}ddp-1${t}8400${t}86.62${t}7600${t}86.37
 row${t}ddp-2${t}10080${t}86.72${t}7600${t}86.37
+row${t}ddp-zero-2${t}10500${t}86.70${t}7600${t}86.37
 row${t}ddp-resnet-1${t}1100${t}80.10${t}800${t}80.00
 row${t}ddp-resnet-2${t}2068${t}80.20${t}1280${t}80.00
 row${t}mlp${t}11000${t}86.59${t}12000${t}86.37
 row${t}mlp-fp16${t}8100${t}86.60${t}-${t}-
 row${t}ddp-1${t}8200${t}86.62${t}8200${t}86.37
 row${t}ddp-2${t}9840${t}86.72${t}6560${t}86.37
+row${t}ddp-zero-2${t}10000${t}86.70${t}6560${t}86.37
 row${t}ddp-resnet-1${t}1000${t}80.10${t}900${t}80.00
 row${t}ddp-resnet-2${t}1940${t}80.20${t}1170${t}80.00
 optim${t}memcpy (8 B/element)${t}5.45${t}24.63${t}100
@@ -83,10 +86,11 @@ section=$(cat <<'EOF'
 | MLP fp16 (`precision.sh`) | 8,100 | — | — | 86.60 % / — |
 | MLP fp32, 1 process × 1 thread (`ddp.sh`) | 8,200 | 8,000 | 1.00× | 86.62 % / 86.37 % |
 | MLP fp32, 2 processes × 1 thread (`ddp.sh`) | 10,000 | 6,560 | 1.50× | 86.72 % / 86.37 % |
+| MLP fp32, 2 processes × 1 thread, lamp with ZeRO-1 (`ddp.sh`) | 10,400 | 6,560 | 1.52× | 86.70 % / 86.37 % |
 | small ResNet fp32, 1 process × 1 thread (`ddp.sh`) | 1,000 | 800 | 1.25× | 80.10 % / 80.00 % |
 | small ResNet fp32, 2 processes × 1 thread (`ddp.sh`) | 1,940 | 1,200 | 1.62× | 80.20 % / 80.00 % |
 
-Scaling of the MLP from 1 to 2 processes (2-process samples/s over twice the 1-process): lamp 60.0 %, PyTorch 40.0 %.
+Scaling of the MLP from 1 to 2 processes (2-process samples/s over twice the 1-process): lamp 60.0 % (62.5 % with ZeRO-1), PyTorch 40.0 %.
 
 Scaling of the small ResNet from 1 to 2 processes (2-process samples/s over twice the 1-process): lamp 95.0 %, PyTorch 75.0 %.
 
