@@ -66,12 +66,19 @@ static size_t piece_params(const lamp_trainer *t, const lamp_grad_bucket *k) {
   return numel - start < k->piece ? numel - start : k->piece;
 }
 
+/* The overlap [*lo, *hi) of the runs [a, a + na) and [b, b + nb); empty when *lo >= *hi. */
+static void overlap(size_t a, size_t na, size_t b, size_t nb, size_t *lo, size_t *hi) {
+  *lo = a > b ? a : b;
+  *hi = a + na < b + nb ? a + na : b + nb;
+}
+
 /* Whether bucket k holds elements of a parameter read in fp32 (lamp_model_kept). */
 static int holds_kept(const lamp_trainer *t, const lamp_grad_bucket *k) {
   for (size_t i = 0; i < lamp_model_n_params(t->model); i++) {
     const lamp_model_param *p = lamp_model_param_at(t->model, i);
-    if (lamp_model_kept(t->model, i) != NULL && p->offset < k->offset + k->count && p->offset + p->count > k->offset)
-      return 1;
+    size_t lo, hi;
+    overlap(p->offset, p->count, k->offset, k->count, &lo, &hi);
+    if (lamp_model_kept(t->model, i) != NULL && lo < hi) return 1;
   }
   return 0;
 }
@@ -91,6 +98,17 @@ static lamp_status alloc_wide(lamp_trainer *t) {
   return t->zero.wide != NULL ? LAMP_OK : LAMP_ERR_SYSTEM;
 }
 
+/* The own pieces of a whole slab into a shard array. */
+static lamp_status take_pieces(lamp_trainer *t, const float *whole, float *shard) {
+  lamp_status st = LAMP_OK;
+  for (size_t i = 0; st == LAMP_OK && i < t->buckets.n; i++) {
+    const lamp_grad_bucket *k = &t->buckets.buckets[i];
+    st = lamp_copy(t->config.device, shard + k->shard_offset, t->config.device, whole + piece_start(t, k),
+                   k->piece * sizeof(float));
+  }
+  return st;
+}
+
 lamp_status lamp_zero_init(lamp_trainer *t) {
   lamp_zero_state *z = &t->zero;
   if (!z->on) return LAMP_OK;
@@ -103,12 +121,7 @@ lamp_status lamp_zero_init(lamp_trainer *t) {
   size_t shard = t->buckets.shard_numel;
   z->master = lamp_mem_alloc(t->config.device, LAMP_MEM_MASTER, (shard ? shard : 1) * sizeof(float));
   if (z->master == NULL) return LAMP_ERR_SYSTEM;
-  const float *whole = lamp_tensor_data(master);
-  for (size_t i = 0; st == LAMP_OK && i < t->buckets.n; i++) {
-    const lamp_grad_bucket *k = &t->buckets.buckets[i];
-    st = lamp_copy(t->config.device, z->master + k->shard_offset, t->config.device, whole + piece_start(t, k),
-                   k->piece * sizeof(float));
-  }
+  st = take_pieces(t, lamp_tensor_data(master), z->master);
   return st == LAMP_OK ? lamp_model_release_master(t->model) : st;
 }
 
@@ -165,10 +178,11 @@ lamp_status lamp_zero_combine_report(lamp_trainer *t) {
 
 /* The step's segments cut to [start, start + n) of the slab, their offsets counted from start. */
 static size_t cut_segments(lamp_trainer *t, size_t start, size_t n) {
-  size_t m = 0, end = start + n;
+  size_t m = 0;
   for (size_t i = 0; i < t->n_segments; i++) {
     const lamp_optim_segment *s = &t->segments[i];
-    size_t lo = s->offset > start ? s->offset : start, hi = s->offset + s->count < end ? s->offset + s->count : end;
+    size_t lo, hi;
+    overlap(s->offset, s->count, start, n, &lo, &hi);
     if (lo >= hi) continue;
     t->zero.cut[m++] = (lamp_optim_segment){lo - start, hi - lo, s->lr_mult, s->decay_mult};
   }
@@ -200,11 +214,6 @@ static lamp_status update_piece(lamp_trainer *t, const lamp_optim_step *whole, c
 }
 
 /*
-** Piece k in the weights' storage dtype, then everyone's: the gradient piece, consumed by the
-** update, is the send buffer (MPI forbids sending from inside the receive buffer), large enough
-** for fp32. The conversion rounds to nearest, as the unsharded step's does.
-*/
-/*
 ** A bucket holding parameters read in fp32 (BatchNorm's, under a 16-bit policy) gathers the fp32
 ** masters instead: the whole bucket is rounded into the weights here, as each rank would round
 ** its piece, and those parameters' values go to their fp32 slab.
@@ -219,14 +228,19 @@ static lamp_status gather_wide(lamp_trainer *t, const lamp_grad_bucket *k, const
   for (size_t i = 0; st == LAMP_OK && i < lamp_model_n_params(t->model); i++) {
     const lamp_model_param *p = lamp_model_param_at(t->model, i);
     float *kept = lamp_model_kept(t->model, i);
-    size_t lo = p->offset > k->offset ? p->offset : k->offset;
-    size_t hi = p->offset + p->count < k->offset + k->count ? p->offset + p->count : k->offset + k->count;
+    size_t lo, hi;
+    overlap(p->offset, p->count, k->offset, k->count, &lo, &hi);
     if (kept != NULL && lo < hi)
       st = lamp_copy(dev, kept + (lo - p->offset), dev, t->zero.wide + (lo - k->offset), (hi - lo) * sizeof(float));
   }
   return st;
 }
 
+/*
+** Piece k in the weights' storage dtype, then everyone's: the gradient piece, consumed by the
+** update, is the send buffer (MPI forbids sending from inside the receive buffer), large enough
+** for fp32. The conversion rounds to nearest, as the unsharded step's does.
+*/
 static lamp_status gather_piece(lamp_trainer *t, const lamp_grad_bucket *k, const float *params) {
   lamp_device dev = t->config.device;
   lamp_tensor *w = lamp_model_weights(t->model);
@@ -283,17 +297,6 @@ static lamp_status gather_array(lamp_trainer *t, const float *shard, float *whol
     const lamp_grad_bucket *k = &t->buckets.buckets[i];
     st = lamp_comm_all_gather(t->config.comm, shard + k->shard_offset, whole + k->offset, k->piece, LAMP_F32,
                               t->config.device);
-  }
-  return st;
-}
-
-/* The own pieces of a whole slab into a shard array. */
-static lamp_status take_pieces(lamp_trainer *t, const float *whole, float *shard) {
-  lamp_status st = LAMP_OK;
-  for (size_t i = 0; st == LAMP_OK && i < t->buckets.n; i++) {
-    const lamp_grad_bucket *k = &t->buckets.buckets[i];
-    st = lamp_copy(t->config.device, shard + k->shard_offset, t->config.device, whole + piece_start(t, k),
-                   k->piece * sizeof(float));
   }
   return st;
 }
