@@ -38,6 +38,22 @@ static inline int lamp_nn_is_activation(const lamp_tensor *t) {
 }
 
 /*
+** A child's description appended at buf + used, its further lines indented one level; `work`
+** (size bytes) holds the child's own text, and where it is NULL (out of memory) the child's type
+** stands in. Returns the new length (>= size once the text is cut).
+*/
+static inline size_t lamp_nn_describe_child(char *buf, size_t size, size_t used, const lamp_layer *child, char *work) {
+  if (used >= size) return used;
+  if (work == NULL) return used + (size_t)snprintf(buf + used, size - used, "%s", child->ops->type);
+  child->ops->describe(child, work, size);
+  for (const char *q = work; *q && used + 1 < size; q++) {
+    if (*q == '\n') used += (size_t)snprintf(buf + used, size - used, "\n  ");
+    else buf[used++] = *q, buf[used] = '\0';
+  }
+  return used;
+}
+
+/*
 ** A container's name for a child's parameter or buffer: "<prefix>.<child name>" written into
 ** buf, *name pointed at it ("2.weight", "block.1.running_mean"). `what` ("Sequential: parameter")
 ** starts the message when the result does not fit.

@@ -13,9 +13,8 @@
 ** would cost the very activation this layer saves. Where no other Recompute has run between the
 ** forward and the backward (the wrapped module the backward meets first, usually the last one),
 ** the scratch still holds the forward's intermediates: nothing is repeated, the backward runs on
-** them. A Recompute inside another one (in_scratch
-** already set) is its module: the outer one repeats it anyway. An evaluation forward runs once,
-** its intermediates in the scratch as well.
+** them. A Recompute inside another one (in_scratch already set) is its module: the outer one
+** repeats it anyway. An evaluation forward runs once, its intermediates in the scratch as well.
 **
 ** Parameters and buffers are the module's, under the module's names: a model with Recompute and
 ** the same model without it declare the same tensors, and load each other's checkpoints.
@@ -194,16 +193,7 @@ static void rc_describe(const lamp_layer *layer, char *buf, size_t size) {
   const lamp_layer *m = ((const recompute *)layer)->module;
   if (size == 0) return;
   char *child = malloc(size);
-  size_t used = (size_t)snprintf(buf, size, "Recompute(");
-  if (child == NULL) {
-    if (used < size) used += (size_t)snprintf(buf + used, size - used, "%s", m->ops->type);
-  } else {
-    m->ops->describe(m, child, size);
-    for (const char *q = child; *q && used + 1 < size; q++) {
-      if (*q == '\n') used += (size_t)snprintf(buf + used, size - used, "\n  ");
-      else buf[used++] = *q, buf[used] = '\0';
-    }
-  }
+  size_t used = lamp_nn_describe_child(buf, size, (size_t)snprintf(buf, size, "Recompute("), m, child);
   if (used < size) snprintf(buf + used, size - used, ")");
   free(child);
 }

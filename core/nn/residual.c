@@ -264,15 +264,7 @@ static void res_describe(const lamp_layer *layer, char *buf, size_t size) {
   for (size_t i = 0; i < res_child_count(layer) && used < size; i++) {
     lamp_layer *c = res_child(layer, i);
     used += (size_t)snprintf(buf + used, size - used, "\n  %s: ", i == 0 ? "block" : "projection");
-    if (child == NULL) {
-      if (used < size) used += (size_t)snprintf(buf + used, size - used, "%s", c->ops->type);
-      continue;
-    }
-    c->ops->describe(c, child, size);
-    for (const char *q = child; *q && used + 1 < size; q++) {
-      if (*q == '\n') used += (size_t)snprintf(buf + used, size - used, "\n  ");
-      else buf[used++] = *q, buf[used] = '\0';
-    }
+    used = lamp_nn_describe_child(buf, size, used, c, child);
   }
   if (used < size) snprintf(buf + used, size - used, "\n}");
   free(child);
