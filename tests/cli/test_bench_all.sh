@@ -152,7 +152,9 @@ equals "--repeat must be a count" "$out" "all.sh: --repeat must be a whole numbe
 printf '#!/bin/sh\necho "ModuleNotFoundError: No module named torch" >&2\nexit 1\n' >"$tmp/python"
 chmod +x "$tmp/python"
 out=$(PYTHON="$tmp/python" "$all" --check --out="$tmp/x.md" 2>&1); equals "--check without torch exits 1" $? 1
-equals "and names the interpreter and the ways to get PyTorch" "$out" \
+# On a machine without the benchmarks' packages, all.sh installs them first (apt's lines come
+# before): the message is its last line.
+equals "and names the interpreter and the ways to get PyTorch" "${out##*$'\n'}" \
   "all.sh: $tmp/python cannot import torch; set PYTHON to an interpreter with PyTorch 2.x (docs/benchmarks.md)"
 
 # The twin checks its command line before it imports torch.
