@@ -24,20 +24,10 @@ ran() { # name, status, log: a run that failed shows why
   check "$1" "$2"
   [[ $2 -eq 0 ]] || tail -n 15 "$3"
 }
-# lamp-run, rarely (about 1 run in 40), finds no exit status for a rank that finished (the status
-# folder is empty: scripts/lamp-run's report); with some 50 runs here, such a run goes again once.
 launch() { # ranks, arguments...
-  local n=$1 out st
+  local n=$1
   shift
-  out=$(timeout 200 "$src/scripts/lamp-run" -n "$n" --timeout 60 "$run" "$@" 2>&1)
-  st=$?
-  if [[ $st -ne 0 && "$out" == *"ended without an exit status"* ]]; then
-    printf '%s\n(lamp-run found no exit status: once more)\n' "$out"
-    out=$(timeout 200 "$src/scripts/lamp-run" -n "$n" --timeout 60 "$run" "$@" 2>&1)
-    st=$?
-  fi
-  printf '%s\n' "$out"
-  return $st
+  timeout 200 "$src/scripts/lamp-run" -n "$n" --timeout 60 "$run" "$@" 2>&1
 }
 two() { launch 2 "$@"; }
 one() { OPENBLAS_NUM_THREADS=1 timeout 200 "$LAMP_BIN" "$run" "$@"; }
