@@ -9,7 +9,8 @@
 #                         [--clock=wall|cpu]
 # --clock=cpu times the 1-thread runs by their thread's CPU time, which preemption on a loaded
 # machine does not inflate. Builds build/ (scripts/build.sh) when build/bench/gemm_bench is missing
-# or older than its sources. Prints the load average before and after.
+# or older than its sources. OpenBLAS gets the kernel lamp would run. Prints the load average
+# before and after.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 
@@ -26,6 +27,14 @@ if [[ ! -x $bench || scripts/bench/gemm_bench.c -nt $bench || core/backend/cpu/g
       core/backend/cpu/gemm_provider.c -nt $bench ]]; then
   scripts/build.sh
 fi
-echo "gemm.sh: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ *//'), $(nproc) cores; load average $(cut -d' ' -f1-3 /proc/loadavg)"
+# OpenBLAS runs the kernel lamp runs (core/cli/blas_tuning.c re-executes lamp with a better one
+# where OpenBLAS falls back to its generic Prescott kernels); a user's OPENBLAS_CORETYPE wins.
+if [[ -z "${OPENBLAS_CORETYPE:-}" ]]; then
+  source scripts/bench/common.sh
+  [[ -x build/lamp ]] || scripts/build.sh
+  core=$(bench_core build/lamp)
+  [[ -n $core && $core != Prescott ]] && export OPENBLAS_CORETYPE=$core
+fi
+echo "gemm.sh: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ *//'), $(nproc) cores; OpenBLAS core ${OPENBLAS_CORETYPE:-its own}; load average $(cut -d' ' -f1-3 /proc/loadavg)"
 "$bench" "${args[@]}"
 echo "gemm.sh: load average after: $(cut -d' ' -f1-3 /proc/loadavg)"
