@@ -104,6 +104,17 @@ lamp_status lamp_event_record(lamp_event *event);
 /* The host waits until the queue has passed the last record (at once if never recorded). */
 lamp_status lamp_event_wait(lamp_event *event);
 
+/*
+** The host's worker threads (the CPU backend's pool), for host code that is not a kernel:
+** fn(ctx, worker, task) for every task in [0, n_tasks), dealt statically over
+** lamp_host_threads() threads (worker identifies the thread), so which thread runs which task
+** depends on the counts alone, never on timing. Returns the first failure, its message carried to
+** the calling thread; a call from inside a task runs serially.
+*/
+typedef lamp_status (*lamp_task_fn)(void *ctx, size_t worker, size_t task);
+lamp_status lamp_host_parallel_for(size_t n_tasks, lamp_task_fn fn, void *ctx);
+size_t lamp_host_threads(void);
+
 /* The host address of device memory where the backend has LAMP_CAP_HOST_VIEW, else NULL. Only for
    handing memory to code that runs on the host (plugins built for the CPU), after
    lamp_synchronize: the device does not order host accesses. */

@@ -2,6 +2,7 @@
 ** The lamp_host table: every service the core lends to plugins, and the per-object error
 ** storage (lamp_ctx) that host->set_error writes into.
 */
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -69,16 +70,22 @@ static void host_log(lamp_log_level level, const char *who, const char *fmt, ...
 static lamp_status host_set_error(lamp_ctx *ctx, lamp_status code, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 
+/* An object's message may be written from several threads at once (a piecewise optimizer step,
+   optim.h): one writer at a time. */
+static pthread_mutex_t ctx_lock = PTHREAD_MUTEX_INITIALIZER;
+
 static lamp_status host_set_error(lamp_ctx *ctx, lamp_status code, const char *fmt, ...) {
   char *buf = ctx != NULL ? ctx->message : load_message;
+  if (ctx != NULL) pthread_mutex_lock(&ctx_lock);
   if (fmt == NULL) {
     buf[0] = '\0';
-    return code;
+  } else {
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(buf, LAMP_ERROR_MAX, fmt, ap);
+    va_end(ap);
   }
-  va_list ap;
-  va_start(ap, fmt);
-  vsnprintf(buf, LAMP_ERROR_MAX, fmt, ap);
-  va_end(ap);
+  if (ctx != NULL) pthread_mutex_unlock(&ctx_lock);
   return code;
 }
 

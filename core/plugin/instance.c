@@ -13,6 +13,7 @@
 #include "base/log.h"
 #include "plugin/bootstrap.h"
 #include "plugin/instance.h"
+#include "plugin/optim_pieces.h"
 #include "tensor/dtype.h"
 
 /* ---- what every plugin object shares --------------------------------------------------------- */
@@ -42,6 +43,7 @@ struct lamp_optim {
   const lamp_optim_v1 *t;
   lamp_optim_slot slots[LAMP_OPTIM_MAX_SLOTS]; /* as declared at open */
   uint32_t n_slots;
+  lamp_optim_piece_room pieces; /* the segments of a step cut for the host's threads */
 };
 
 /* A member the plugin provides: NULL when it is NULL or lies past the plugin's struct_size. */
@@ -604,6 +606,7 @@ void lamp_optim_close(lamp_optim *o) {
   if (o == NULL) return;
   o->t->destroy(o->in.state);
   instance_end(&o->in);
+  free(o->pieces.segments);
   free(o);
 }
 
@@ -750,7 +753,14 @@ lamp_status lamp_optim_apply(lamp_optim *o, lamp_optim_step *step) {
   step->hparams = o->in.params;
   /* lamp_device_has(d, 0): d has a backend, so asking for its queue records no error. */
   step->stream = lamp_device_has(p.memory, 0) ? lamp_device_stream(p.memory) : NULL;
-  if (!p.viewed) return PLUGIN_CALL(&o->in, "step", o->t->step(o->in.state, step));
+  if (!p.viewed) {
+    size_t pieces = 1;
+    if (p.device == LAMP_CPU && (lamp_optim_caps(o) & LAMP_OPTIM_CAP_PIECEWISE))
+      pieces = lamp_optim_piece_count(step->n, lamp_host_threads());
+    if (pieces == 1) return PLUGIN_CALL(&o->in, "step", o->t->step(o->in.state, step));
+    if ((st = lamp_optim_piece_room_fit(&o->pieces, pieces, step->n_segments)) != LAMP_OK) return st;
+    return PLUGIN_CALL(&o->in, "step", lamp_optim_step_pieces(o->t->step, o->in.state, step, o->n_slots, pieces, &o->pieces));
+  }
   lamp_optim_step viewed;
   float *slots[LAMP_OPTIM_MAX_SLOTS];
   st = view_step(o, &p, step, &viewed, slots);

@@ -152,7 +152,9 @@ uint32_t lamp_optim_caps(const lamp_optim *o);
    each tensor inside its segment ("sgd: step tensor 1 ('0.bias') starts at 50, expected 40").
    step->device says where every pointer lives (see Devices).
    step->weights_out (16-bit, f16 or bf16) is refused for a plugin without
-   LAMP_OPTIM_CAP_WEIGHTS_OUT. */
+   LAMP_OPTIM_CAP_WEIGHTS_OUT. A LAMP_OPTIM_CAP_PIECEWISE plugin's step over cpu memory is cut
+   into one piece per host thread where each has at least LAMP_OPTIM_PIECE_MIN elements
+   (optim_pieces.h): the same bits, sooner. */
 lamp_status lamp_optim_apply(lamp_optim *o, lamp_optim_step *step);
 
 #endif

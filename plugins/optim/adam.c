@@ -235,7 +235,7 @@ static const lamp_optim_v1 adam_optim = {
     .destroy = adam_destroy,
     .slots = adam_slots,
     .step = adam_step,
-    .caps = LAMP_OPTIM_CAP_WEIGHTS_OUT,
+    .caps = LAMP_OPTIM_CAP_WEIGHTS_OUT | LAMP_OPTIM_CAP_PIECEWISE,
 };
 
 LAMP_PLUGIN_EXPORT const lamp_plugin *lamp_plugin_entry_v1(const lamp_host *h) {

@@ -195,7 +195,7 @@ static const lamp_optim_v1 sgd_optim = {
     .destroy = sgd_destroy,
     .slots = sgd_slots,
     .step = sgd_step,
-    .caps = LAMP_OPTIM_CAP_WEIGHTS_OUT,
+    .caps = LAMP_OPTIM_CAP_WEIGHTS_OUT | LAMP_OPTIM_CAP_PIECEWISE,
 };
 
 LAMP_PLUGIN_EXPORT const lamp_plugin *lamp_plugin_entry_v1(const lamp_host *h) {

@@ -8,6 +8,7 @@
 **   FAKE_STEP    step                        (default fake_step, which does nothing)
 **   FAKE_DEVICES hdr.devices                 (default 0)
 **   FAKE_ABI_MINOR hdr.abi_minor             (default LAMP_ABI_MINOR)
+**   FAKE_CAPS    caps                        (default 0)
 ** A plugin whose table is not a plain lamp_optim_v1 leaves FAKE_NAME undefined and writes its
 ** own table and entry point from the fake_* functions.
 */
@@ -51,6 +52,9 @@ static lamp_status fake_step(void *opt, const lamp_optim_step *s) {
 #ifndef FAKE_ABI_MINOR
 #define FAKE_ABI_MINOR LAMP_ABI_MINOR
 #endif
+#ifndef FAKE_CAPS
+#define FAKE_CAPS 0
+#endif
 
 #ifdef FAKE_NAME
 static const lamp_optim_v1 table = {
@@ -72,6 +76,7 @@ static const lamp_optim_v1 table = {
     .destroy = fake_destroy,
     .slots = FAKE_SLOTS,
     .step = FAKE_STEP,
+    .caps = FAKE_CAPS,
 };
 
 LAMP_PLUGIN_EXPORT const lamp_plugin *lamp_plugin_entry_v1(const lamp_host *host) {

@@ -63,7 +63,7 @@ static void test_caps(void **state) {
   for (size_t i = 0; i < 3; i++) {
     lamp_optim *o = NULL;
     assert_int_equal(lamp_optim_open(&o, built_in[i], NULL, 0), LAMP_OK);
-    assert_int_equal(lamp_optim_caps(o), LAMP_OPTIM_CAP_WEIGHTS_OUT);
+    assert_int_equal(lamp_optim_caps(o), LAMP_OPTIM_CAP_WEIGHTS_OUT | LAMP_OPTIM_CAP_PIECEWISE);
     lamp_optim_close(o);
   }
   /* Built against 1.1: the word after its table is not its caps. */

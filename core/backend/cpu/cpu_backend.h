@@ -139,7 +139,6 @@ static inline void lamp_cpu_argmax_fold(const float *x, size_t n, size_t base, f
 ** statically, so results never depend on timing; GEMMs called inside run single-threaded.
 ** Returns the first failure, its message carried to the calling thread. Nested calls run serially.
 */
-typedef lamp_status (*lamp_task_fn)(void *ctx, size_t worker, size_t task);
 lamp_status lamp_cpu_parallel_for(size_t n_tasks, lamp_task_fn fn, void *ctx);
 
 /* The threads a loop runs on: OpenBLAS's thread count, at most LAMP_CPU_MAX_WORKERS. */

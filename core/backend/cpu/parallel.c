@@ -228,3 +228,10 @@ lamp_status lamp_cpu_parallel_for(size_t n_tasks, lamp_task_fn fn, void *ctx) {
   pthread_mutex_unlock(&one_loop);
   return st;
 }
+
+/* The host's threads (backend.h) are this pool. */
+lamp_status lamp_host_parallel_for(size_t n_tasks, lamp_task_fn fn, void *ctx) {
+  return lamp_cpu_parallel_for(n_tasks, fn, ctx);
+}
+
+size_t lamp_host_threads(void) { return lamp_cpu_threads(); }

@@ -102,6 +102,15 @@ typedef struct lamp_optim_step {
 
 /* lamp_optim_v1.caps bits (ABI 1.2). */
 #define LAMP_OPTIM_CAP_WEIGHTS_OUT 0x1u /* the step writes lamp_optim_step.weights_out */
+/*
+** The step is elementwise: each element's update reads that element of params, grads and the
+** slots and the step's scalars, nothing else, and the step keeps no state of its own. On the CPU
+** the core may then cut [0, n) into runs of elements and pass each as a step of its own (slabs
+** and weights_out at the run's first element, segments cut to it, no tensor table), several at
+** once on different threads; host->set_error may be called from any of them. A core that does
+** not know the bit steps the whole slab, as it does for a plugin without it.
+*/
+#define LAMP_OPTIM_CAP_PIECEWISE 0x2u
 
 typedef struct lamp_optim_v1 {
   lamp_plugin hdr;
