@@ -32,13 +32,13 @@ static size_t bound(const pieces_run *r, size_t i) {
   return (r->whole->n * i / r->pieces) & ~(size_t)15;
 }
 
-/* whole's segments within [lo, hi), renumbered from lo, into out; returns how many. */
-static size_t cut_segments(const lamp_optim_step *whole, size_t lo, size_t hi, lamp_optim_segment *out) {
-  size_t m = 0;
-  for (size_t k = 0; k < whole->n_segments; k++) {
-    const lamp_optim_segment *s = &whole->segments[k];
-    size_t a = s->offset > lo ? s->offset : lo, b = s->offset + s->count < hi ? s->offset + s->count : hi;
-    if (a < b) out[m++] = (lamp_optim_segment){a - lo, b - a, s->lr_mult, s->decay_mult};
+size_t lamp_optim_cut_segments(const lamp_optim_segment *segs, size_t n_segs, size_t start, size_t n,
+                               lamp_optim_segment *out) {
+  size_t m = 0, end = start + n;
+  for (size_t k = 0; k < n_segs; k++) {
+    const lamp_optim_segment *s = &segs[k];
+    size_t lo = s->offset > start ? s->offset : start, hi = s->offset + s->count < end ? s->offset + s->count : end;
+    if (lo < hi) out[m++] = (lamp_optim_segment){lo - start, hi - lo, s->lr_mult, s->decay_mult};
   }
   return m;
 }
@@ -55,8 +55,9 @@ static lamp_status run_piece(void *ctx, size_t worker, size_t task) {
   step.params = whole->params + lo;
   step.grads = whole->grads + lo;
   step.slots = whole->slots != NULL ? slots : NULL;
-  step.segments = r->room + task * whole->n_segments;
-  step.n_segments = cut_segments(whole, lo, hi, r->room + task * whole->n_segments);
+  lamp_optim_segment *cut = r->room + task * whole->n_segments;
+  step.segments = cut;
+  step.n_segments = lamp_optim_cut_segments(whole->segments, whole->n_segments, lo, hi - lo, cut);
   step.tensors = NULL;
   step.n_tensors = 0;
   if (whole->weights_out != NULL) step.weights_out = (uint16_t *)whole->weights_out + lo; /* f16 or bf16 */

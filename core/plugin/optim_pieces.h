@@ -17,6 +17,11 @@
 /* The pieces a step over n elements is cut into on `threads` threads: 1 where cutting does not pay. */
 size_t lamp_optim_piece_count(size_t n, size_t threads);
 
+/* The segments segs[0 .. n_segs) cut to the run [start, start + n) of the slab, their offsets
+   counted from start, into out (room for n_segs); returns how many overlap it. */
+size_t lamp_optim_cut_segments(const lamp_optim_segment *segs, size_t n_segs, size_t start, size_t n,
+                               lamp_optim_segment *out);
+
 /* Where the pieces' segments are cut into: pieces * n_segments entries, kept by the caller. */
 typedef struct lamp_optim_piece_room {
   lamp_optim_segment *segments;

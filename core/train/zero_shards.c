@@ -6,6 +6,7 @@
 #include "backend/backend.h"
 #include "base/error.h"
 #include "base/log.h"
+#include "plugin/optim_pieces.h"
 #include "tensor/dtype.h"
 #include "tensor/memory.h"
 #include "train/trainer_internal.h"
@@ -176,19 +177,6 @@ lamp_status lamp_zero_combine_report(lamp_trainer *t) {
   return st;
 }
 
-/* The step's segments cut to [start, start + n) of the slab, their offsets counted from start. */
-static size_t cut_segments(lamp_trainer *t, size_t start, size_t n) {
-  size_t m = 0;
-  for (size_t i = 0; i < t->n_segments; i++) {
-    const lamp_optim_segment *s = &t->segments[i];
-    size_t lo, hi;
-    overlap(s->offset, s->count, start, n, &lo, &hi);
-    if (lo >= hi) continue;
-    t->zero.cut[m++] = (lamp_optim_segment){lo - start, hi - lo, s->lr_mult, s->decay_mult};
-  }
-  return m;
-}
-
 /* The optimizer over piece k: params, gradients and slots at the piece, no tensor table (a
    plugin that needs whole tensors refuses by itself). */
 static lamp_status update_piece(lamp_trainer *t, const lamp_optim_step *whole, const lamp_grad_bucket *k, float *params) {
@@ -202,7 +190,7 @@ static lamp_status update_piece(lamp_trainer *t, const lamp_optim_step *whole, c
   step.grads = t->buckets.shard_grads + k->shard_offset;
   step.slots = slots;
   step.segments = t->zero.cut;
-  step.n_segments = cut_segments(t, piece_start(t, k), n);
+  step.n_segments = lamp_optim_cut_segments(t->segments, t->n_segments, piece_start(t, k), n, t->zero.cut);
   step.tensors = NULL;
   step.n_tensors = 0;
   step.weights_out = NULL;
