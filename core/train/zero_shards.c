@@ -225,14 +225,19 @@ static lamp_status gather_wide(lamp_trainer *t, const lamp_grad_bucket *k, const
 }
 
 /*
-** Piece k in the weights' storage dtype, then everyone's: the gradient piece, consumed by the
-** update, is the send buffer (MPI forbids sending from inside the receive buffer), large enough
-** for fp32. The conversion rounds to nearest, as the unsharded step's does.
+** Piece k in the weights' storage dtype, then everyone's. fp32 weights stepped in place (no
+** masters) already hold the piece in this rank's block: gathered in place (comm.h), no copy.
+** Otherwise the gradient piece, consumed by the update, is the send buffer, large enough for
+** fp32; the conversion rounds to nearest, as the unsharded step's does.
 */
 static lamp_status gather_piece(lamp_trainer *t, const lamp_grad_bucket *k, const float *params) {
   lamp_device dev = t->config.device;
   lamp_tensor *w = lamp_model_weights(t->model);
   size_t esize = lamp_dtype_size(w->dtype);
+  float *block = (float *)lamp_tensor_data(w) + piece_start(t, k);
+  if (w->dtype == LAMP_F32 && params == block)
+    return lamp_comm_all_gather(t->config.comm, block, (float *)lamp_tensor_data(w) + k->offset, k->piece, LAMP_F32,
+                                dev);
   void *send = t->buckets.shard_grads + k->shard_offset;
   lamp_status st = w->dtype == LAMP_F32 ? lamp_copy(dev, send, dev, params, k->piece * sizeof(float))
                                         : lamp_convert(dev, send, w->dtype, params, LAMP_F32, k->piece);

@@ -67,7 +67,9 @@ typedef struct lamp_comm_v1 {
                                   lamp_reduce_op op, lamp_device device, lamp_request **req);
   lamp_status (*wait)(void *comm, lamp_request *req);
 
-  /* Optional: recvbuf holds size() * count elements, rank r's at r * count. */
+  /* Optional: recvbuf holds size() * count elements, rank r's at r * count. sendbuf may be
+     recvbuf + rank * count (in place, as MPI_IN_PLACE and NCCL allow): the core gathers ZeRO-1's
+     fp32 pieces so. */
   lamp_status (*all_gather)(void *comm, const void *sendbuf, void *recvbuf, size_t count,
                             lamp_dtype dtype, lamp_device device);
   /* Optional: sendbuf holds size() * count elements; rank r receives the reduced block r. */
