@@ -17,6 +17,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include <cuda_runtime_api.h>
 #include <nccl.h>
@@ -64,6 +65,9 @@ static int n_streams = 1;
 static int gpus = 1, hang, init_polls_next;
 static ncclResult_t async_error = ncclSuccess;
 static int aborts, destroys, finalizes, collectives;
+/* fake_set_query_delay: the next cudaEventQuery of the thread that set it sleeps first. */
+static double query_delay;
+static pthread_t query_thread;
 
 static void progress(void);
 
@@ -73,6 +77,11 @@ EXPORT void fake_set_gpus(int n) { gpus = n; }
 EXPORT void fake_set_hang(int on) { hang = on; }
 EXPORT void fake_set_async_error(int r) { async_error = (ncclResult_t)r; }
 EXPORT void fake_set_init_polls(int n) { init_polls_next = n; }
+/* A waiting thread taken off its core: its next event query looks only after `seconds`. */
+EXPORT void fake_set_query_delay(double seconds) {
+  query_delay = seconds;
+  query_thread = pthread_self();
+}
 EXPORT void fake_stall(cudaStream_t s, int on) {
   pthread_mutex_lock(&lock);
   (s ? s : &default_stream)->stalled = on;
@@ -93,6 +102,7 @@ EXPORT void fake_reset(void) {
   gpus = 1;
   hang = 0;
   init_polls_next = 0;
+  query_delay = 0;
   async_error = ncclSuccess;
   aborts = destroys = finalizes = collectives = 0;
 }
@@ -215,6 +225,11 @@ EXPORT cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t stream) {
 }
 
 EXPORT cudaError_t cudaEventQuery(cudaEvent_t e) {
+  if (query_delay > 0 && pthread_equal(pthread_self(), query_thread)) {
+    struct timespec t = {(time_t)query_delay, (long)((query_delay - (double)(time_t)query_delay) * 1e9)};
+    query_delay = 0;
+    nanosleep(&t, NULL);
+  }
   pthread_mutex_lock(&lock);
   progress();
   int complete = event_complete(e);

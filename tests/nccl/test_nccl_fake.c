@@ -10,7 +10,8 @@
 **     another stream wait for it; poll never blocks;
 **   - the watchdog: a collective past its deadline, an asynchronous NCCL error, the run's abort
 **     flag: poll names the operation, its number, the rank and the timeout; later calls fail the
-**     same way; a blocking call ends at its deadline; destroy aborts instead of destroying.
+**     same way; a blocking call ends at its deadline, also when the watchdog aborted first and
+**     the waiter finds the ended collective complete; destroy aborts instead of destroying.
 */
 #include <dlfcn.h>
 #include <setjmp.h>
@@ -34,6 +35,7 @@ static void (*fake_set_gpus)(int);
 static void (*fake_set_hang)(int);
 static void (*fake_set_async_error)(int);
 static void (*fake_set_init_polls)(int);
+static void (*fake_set_query_delay)(double);
 static void (*fake_stall)(void *, int);
 static void (*fake_progress)(void);
 static void (*fake_counts)(int *, int *, int *, int *);
@@ -68,6 +70,7 @@ static int setup(void **state) {
   resolve(lib, "fake_set_hang", &fake_set_hang);
   resolve(lib, "fake_set_async_error", &fake_set_async_error);
   resolve(lib, "fake_set_init_polls", &fake_set_init_polls);
+  resolve(lib, "fake_set_query_delay", &fake_set_query_delay);
   resolve(lib, "fake_stall", &fake_stall);
   resolve(lib, "fake_progress", &fake_progress);
   resolve(lib, "fake_counts", &fake_counts);
@@ -342,6 +345,31 @@ static void test_blocking_deadline(void **state) {
   lamp_ctx_free(ctx);
 }
 
+/*
+** The watchdog aborts at the deadline while the waiting thread is off its core. The abort ends
+** the queued collective, so the waiter then finds its event complete: that is a failure, not a
+** result (under a loaded test suite the wait used to return LAMP_OK here).
+*/
+static void test_wait_after_abort(void **state) {
+  (void)state;
+  fake_reset();
+  solo s = {0};
+  lamp_ctx *ctx = lamp_ctx_new();
+  void *comm = NULL;
+  assert_int_equal(open_comm(&s, 0, 2, 1, 0.3, ctx, &comm), LAMP_OK);
+  fake_set_hang(1);
+  fake_set_query_delay(1.0);
+  int32_t flag = 1;
+  assert_int_equal(t->broadcast(comm, &flag, 1, LAMP_I32, 0, LAMP_CPU), LAMP_ERR_REMOTE);
+  assert_string_equal(lamp_ctx_message(ctx), "broadcast #1 on rank 0 did not finish within 0.3 s (the comm option "
+                                             "'timeout'); the communicator was aborted");
+  int aborts, destroys, finalizes, collectives;
+  fake_counts(&aborts, &destroys, &finalizes, &collectives);
+  assert_int_equal(aborts, 1);
+  t->destroy(comm);
+  lamp_ctx_free(ctx);
+}
+
 static void test_async_error_and_abort_flag(void **state) {
   (void)state;
   fake_reset();
@@ -410,7 +438,8 @@ int main(void) {
       cmocka_unit_test(test_init_polled),         cmocka_unit_test(test_init_deadline),
       cmocka_unit_test(test_gpus_and_peers),      cmocka_unit_test(test_collectives),
       cmocka_unit_test(test_stream_order),        cmocka_unit_test(test_watchdog_deadline),
-      cmocka_unit_test(test_blocking_deadline),   cmocka_unit_test(test_async_error_and_abort_flag),
+      cmocka_unit_test(test_blocking_deadline),   cmocka_unit_test(test_wait_after_abort),
+      cmocka_unit_test(test_async_error_and_abort_flag),
       cmocka_unit_test(test_destroy_drains),
   };
   return cmocka_run_group_tests(tests, setup, NULL);

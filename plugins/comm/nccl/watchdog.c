@@ -184,7 +184,16 @@ lamp_status nccl_op_wait(nccl_comm *m, nccl_op *op) {
   for (;;) {
     /* Reading the event needs no lock: op stays ours until the release below. */
     cudaError_t q = cudaEventQuery(op->done);
-    if (q == cudaSuccess) break;
+    if (q == cudaSuccess) {
+      /* An abort ends the queued collectives too, and the watchdog may have aborted at the
+         deadline while this thread was off its core: done is success only on a communicator
+         not broken. The abort and the flag happen under the lock, so read the flag there. */
+      pthread_mutex_lock(&m->lock);
+      int broken = atomic_load(&m->broken);
+      pthread_mutex_unlock(&m->lock);
+      if (broken) st = nccl_broken_error(m);
+      break;
+    }
     if (atomic_load(&m->broken)) {
       st = nccl_broken_error(m);
       break;
