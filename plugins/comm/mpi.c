@@ -149,6 +149,14 @@ static lamp_status mpi_failed(mpi_comm *m, const char *op, int code) {
                             (long long)m->seq, mpi_error_text(code, text, sizeof text));
 }
 
+/* An MPI error in a collective breaks the communicator (MPI cannot cancel one); later calls are
+   told "<op> <how>": "could not start" or "failed earlier". */
+static lamp_status mpi_broke(mpi_comm *m, const char *op, int code, const char *how) {
+  m->broken = 1;
+  snprintf(m->broken_why, sizeof m->broken_why, "%s %s", op, how);
+  return mpi_failed(m, op, code);
+}
+
 /* ---- probe, create, destroy ------------------------------------------------------------------ */
 
 static int mpi_probe(const lamp_host *h, char *reason, size_t reason_size) {
@@ -451,11 +459,7 @@ static lamp_status poll_until(mpi_comm *m, waited w, const lamp_request *self, c
   for (unsigned long spins = 0;; spins++) {
     int done = 0;
     int rc = progress(w, &done);
-    if (rc != MPI_SUCCESS) {
-      m->broken = 1;
-      snprintf(m->broken_why, sizeof m->broken_why, "%s failed earlier", op);
-      return mpi_failed(m, op, rc);
-    }
+    if (rc != MPI_SUCCESS) return mpi_broke(m, op, rc, "failed earlier");
     if (done) return LAMP_OK;
 
     char why[160] = "";
@@ -657,11 +661,7 @@ static lamp_status stage_out(mpi_comm *m, const char *op, lamp_device device, vo
 
 /* A started operation's MPI return code: on success, wait for it. */
 static lamp_status run_started(mpi_comm *m, const char *op, int rc, MPI_Request *req) {
-  if (rc != MPI_SUCCESS) {
-    m->broken = 1;
-    snprintf(m->broken_why, sizeof m->broken_why, "%s could not start", op);
-    return mpi_failed(m, op, rc);
-  }
+  if (rc != MPI_SUCCESS) return mpi_broke(m, op, rc, "could not start");
   return poll_until(m, (waited){req, NULL}, NULL, op);
 }
 
@@ -688,12 +688,6 @@ static lamp_status scratch_for(mpi_comm *m, const char *op, size_t bytes, void *
   return LAMP_OK;
 }
 
-static lamp_status ring_not_started(mpi_comm *m, const char *op, int rc) {
-  m->broken = 1;
-  snprintf(m->broken_why, sizeof m->broken_why, "%s could not start", op);
-  return mpi_failed(m, op, rc);
-}
-
 /* A blocking ring collective over host buffers (see mpi_ring_start for src and dst). */
 static lamp_status ring_collective(mpi_comm *m, const char *op, mpi_ring_kind kind, const void *src, void *dst,
                                    size_t total, lamp_dtype dtype, MPI_Op mop) {
@@ -703,7 +697,7 @@ static lamp_status ring_collective(mpi_comm *m, const char *op, mpi_ring_kind ki
   if (st != LAMP_OK) return st;
   mpi_ring ring;
   int rc = mpi_ring_start(&ring, kind, m->ring, ring_tag(m), datatype_of(dtype), mop, elem, src, dst, total, scratch);
-  if (rc != MPI_SUCCESS) return ring_not_started(m, op, rc);
+  if (rc != MPI_SUCCESS) return mpi_broke(m, op, rc, "could not start");
   return poll_until(m, (waited){NULL, &ring}, NULL, op);
 }
 
@@ -718,13 +712,10 @@ static void forget_ring(mpi_comm *m, const lamp_request *r) {
 /* A started ring to its end: it may have got there, or failed, while other waits moved it on. */
 static lamp_status wait_ring(mpi_comm *m, lamp_request *r) {
   lamp_status st = LAMP_OK;
-  if (r->ring_rc != MPI_SUCCESS) {
-    m->broken = 1;
-    snprintf(m->broken_why, sizeof m->broken_why, "%s failed earlier", r->op);
-    st = mpi_failed(m, r->op, r->ring_rc);
-  } else if (!r->ring_done) {
+  if (r->ring_rc != MPI_SUCCESS)
+    st = mpi_broke(m, r->op, r->ring_rc, "failed earlier");
+  else if (!r->ring_done)
     st = poll_until(m, (waited){NULL, &r->ring}, r, r->op);
-  }
   if (st == LAMP_OK) forget_ring(m, r);
   return st;
 }
@@ -783,7 +774,7 @@ static lamp_status mpi_all_reduce_start(void *comm, void *buf, size_t count, lam
     if (r->staging != NULL) keep_spare(m, r->staging, r->staging_bytes);
     if (r->scratch != NULL) keep_spare(m, r->scratch, r->scratch_bytes);
     free(r);
-    return ring_not_started(m, "all_reduce_start", rc);
+    return mpi_broke(m, "all_reduce_start", rc, "could not start");
   }
   if (r->ringed) {
     r->next_ring = m->rings;
