@@ -6,6 +6,10 @@
 #include "base/cpu.h"
 
 #include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/log.h"
 
 #if defined(__x86_64__) || defined(__i386__)
 #include <cpuid.h>
@@ -54,8 +58,29 @@ static void detect(void) {
 static void detect(void) { features = 0; }
 #endif
 
+#define AVX512_FEATURES \
+  ((1u << LAMP_ISA_AVX512F) | (1u << LAMP_ISA_AVX512BW) | (1u << LAMP_ISA_AVX512VL) | (1u << LAMP_ISA_AVX512DQ) | \
+   (1u << LAMP_ISA_AVX512BF16))
+#define AVX_FEATURES \
+  (AVX512_FEATURES | (1u << LAMP_ISA_AVX) | (1u << LAMP_ISA_AVX2) | (1u << LAMP_ISA_FMA) | (1u << LAMP_ISA_F16C))
+
+/* The features LAMP_CPU_ISA hides (see cpu.h). XGETBV1 stays: it tells what the OS tracks, not
+   which kernels may run. */
+static unsigned capped_features(const char *cap) {
+  if (cap == NULL || *cap == '\0' || strcmp(cap, "native") == 0) return 0;
+  if (strcmp(cap, "avx2") == 0) return AVX512_FEATURES;
+  if (strcmp(cap, "sse") == 0) return AVX_FEATURES;
+  lamp_log(LAMP_LOG_WARN, NULL, "LAMP_CPU_ISA: expected native, avx2 or sse, found '%s'; using what the CPU has", cap);
+  return 0;
+}
+
+static void detect_capped(void) {
+  detect();
+  features &= ~capped_features(getenv("LAMP_CPU_ISA"));
+}
+
 int lamp_cpu_has(lamp_isa isa) {
   if ((unsigned)isa >= LAMP_ISA_COUNT) return 0;
-  pthread_once(&detect_once, detect);
+  pthread_once(&detect_once, detect_capped);
   return (features >> isa) & 1u;
 }

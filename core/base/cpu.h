@@ -3,6 +3,11 @@
 ** between at run time. A build runs on any x86-64; each kernel takes the fastest path that both
 ** the CPU and the operating system allow (AVX state saved by the OS, AVX-512 state too). Every
 ** feature test of the code base, tests included, goes through here.
+**
+** LAMP_CPU_ISA caps the answer below what the CPU has: `avx2` hides every AVX-512 feature,
+** `sse` everything from AVX on (the x86-64 baseline); `native`, or no value, takes the CPU's
+** own. It makes a run choose the kernels another machine would, and lets the tests run each
+** fallback on a CPU that would never take it. Another value is ignored with a warning.
 */
 #ifndef LAMP_BASE_CPU_H
 #define LAMP_BASE_CPU_H

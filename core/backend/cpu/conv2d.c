@@ -13,9 +13,9 @@
 ** steps) and its own partial weight gradient, summed in worker order after.
 ** With stride 1 the input gradient is computed as a convolution of dy (see plan_transposed).
 ** The 3x3 / stride 1 / padding 1 convolutions (the small CNN's) skip the columns altogether
-** where the CPU has AVX-512 (conv_direct.c): the forward, the transposed input gradient and the
-** weight gradient then read the planes themselves, sparing im2col's copies and the GEMM's
-** packing of them, which cost as much as the products.
+** where the CPU has AVX-512 or AVX2 with FMA (conv_direct.c): the forward, the transposed input
+** gradient and the weight gradient then read the planes themselves, sparing im2col's copies and
+** the GEMM's packing of them, which cost as much as the products.
 **
 ** Operands: W and the bias arrive as fp32 holding the compute dtype's values (this backend has
 ** no 16-bit GEMM); x and dy are made so an image at a time inside the workers (under fp32 they

@@ -1,17 +1,19 @@
 /*
-** Direct convolution of the stride-1 "same" geometry, on AVX-512.
+** Direct convolution of the stride-1 "same" geometry, on AVX-512 or AVX2 with FMA.
 **
 ** For the 3x3 / padding 1 convolutions of small CNNs the columns are nine shifted copies of the
 ** input, which im2col writes and the GEMM then packs again before its kernel reads them: for
 ** the thin products of 16 or 32 channels that traffic costs as much as the arithmetic. Here a
 ** kernel reads the input planes directly (the zero border is implied, see tap_masks): 16 output
 ** channels of 16 adjacent pixels of a row are accumulated in registers over every (channel,
-** tap), the weight of each broadcast from a [K][16-padded] transposed copy. It needs AVX-512
-** (checked at run time); elsewhere lamp_cpu_conv_direct_supported says no and callers take
-** im2col + GEMM.
+** tap), the weight of each broadcast from a [K][16-padded] transposed copy. The instruction set
+** is chosen at run time: AVX-512 where the CPU has it, else AVX2 with FMA, whose 8 lanes and 16
+** registers take the same blocks in smaller pieces; on a CPU with neither,
+** lamp_cpu_conv_direct_supported says no and callers take im2col + GEMM.
 **
 ** Numerically it is a GEMM over the same K terms, accumulated in order with fused
-** multiply-adds: a reassociation of the same products, as any BLAS kernel does.
+** multiply-adds: a reassociation of the same products, as any BLAS kernel does. Both
+** instruction sets add the same products in the same order for every output: the same bits.
 */
 #include <stddef.h>
 #include <stdint.h>
@@ -34,6 +36,9 @@ static int direct_geometry(const lamp_conv_geom *g) {
 /* The weight gradient's workspaces: output channels padded to whole vectors, and the input
    planes with a zero border (see grad_cpu). */
 static size_t padded_outputs(size_t n_out) { return (n_out + 15) / 16 * 16; }
+
+/* The floats read past the bordered planes' end by the AVX2 forward's last pixel block. */
+enum { bordered_slack = 32 };
 
 static size_t bordered_floats(const lamp_conv_geom *g) {
   return (g->channels * (g->height + 2) * (g->width + 2) + 15) / 16 * 16;
@@ -135,9 +140,9 @@ __attribute__((target("avx512f"))) static void direct_block(float *out, size_t l
 
 /* Both kernels leave with vzeroupper: the SSE code after them would run slowly behind dirty
    upper register halves. */
-__attribute__((target("avx512f"))) static void direct_cpu(float *out, size_t ld_out, const void *x, lamp_dtype x_dtype,
-                                                          const float *wt, size_t ldw, size_t n_out,
-                                                          const lamp_conv_geom *g, float *work) {
+__attribute__((target("avx512f"))) static void direct_avx512(float *out, size_t ld_out, const void *x,
+                                                             lamp_dtype x_dtype, const float *wt, size_t ldw,
+                                                             size_t n_out, const lamp_conv_geom *g, float *work) {
   const float *planes = fp32_planes(x, x_dtype, g, work);
   size_t plane = g->out_h * g->out_w;
   for (size_t o0 = 0; o0 < n_out; o0 += DIRECT_BLOCK)
@@ -230,8 +235,8 @@ static void bordered_planes(float *xp, const void *x, lamp_dtype dtype, const la
 
 /* dy [n_out][plane] as [plane][o16], the outputs past n_out zero: 16 outputs of a pixel per
    gather (direct_geometry keeps 15 planes' offsets within int32). */
-__attribute__((target("avx512f"))) static void transpose_dy(float *dyt, const float *dy, size_t n_out, size_t o16,
-                                                            size_t plane) {
+__attribute__((target("avx512f"))) static void transpose_dy_avx512(float *dyt, const float *dy, size_t n_out,
+                                                                   size_t o16, size_t plane) {
   const __m512i index = _mm512_mullo_epi32(_mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0),
                                            _mm512_set1_epi32((int)plane));
   for (size_t ob = 0; ob < o16; ob += 16) {
@@ -244,13 +249,13 @@ __attribute__((target("avx512f"))) static void transpose_dy(float *dyt, const fl
   }
 }
 
-__attribute__((target("avx512f"))) static void grad_cpu(float *acc, const void *x, lamp_dtype x_dtype,
-                                                        const float *dy, size_t n_out, const lamp_conv_geom *g,
-                                                        float *work, int accumulate) {
+__attribute__((target("avx512f"))) static void grad_avx512(float *acc, const void *x, lamp_dtype x_dtype,
+                                                           const float *dy, size_t n_out, const lamp_conv_geom *g,
+                                                           float *work, int accumulate) {
   size_t o16 = padded_outputs(n_out), plane = g->height * g->width, plane_p = (g->height + 2) * (g->width + 2);
   float *xp = work, *dyt = work + bordered_floats(g);
   bordered_planes(xp, x, x_dtype, g);
-  transpose_dy(dyt, dy, n_out, o16, plane);
+  transpose_dy_avx512(dyt, dy, n_out, o16, plane);
   for (size_t ob = 0; ob < o16; ob += 16) {
     size_t c = 0;
     for (; c + 2 <= g->channels; c += 2)
@@ -260,7 +265,190 @@ __attribute__((target("avx512f"))) static void grad_cpu(float *acc, const void *
   _mm256_zeroupper();
 }
 
+/* ---- AVX2 with FMA: 8 lanes, 16 registers ---------------------------------------------------- */
+
+/* The lanes of an 8-bit mask as maskstore's vector (all ones where the bit is set). */
+__attribute__((target("avx2"))) static inline __m256i lane_vector(uint32_t bits) {
+  const __m256i bit = _mm256_setr_epi32(1, 2, 4, 8, 16, 32, 64, 128);
+  return _mm256_cmpeq_epi32(_mm256_and_si256(_mm256_set1_epi32((int)bits), bit), bit);
+}
+
+/*
+** AVX2's masked loads cost a quarter of the forward's time, so it reads the input with a zero
+** border (bordered_planes, rows w + 2 apart) and plain loads instead. Its blocks are 16 pixels of
+** that pitch: a tap is one contiguous load for every lane, and the two border columns of each
+** row are lanes whose results are dropped. Stores therefore go by segments, the runs of a
+** block's lanes that are pixels of one row; a block of a plane w + 2 >= 16 wide holds at most two.
+*/
+#define SEGMENTS_MAX 8 /* runs in 16 lanes: a row (w + 2 >= 3) and its border take 3 lanes */
+
+typedef struct block_stores {
+  size_t count;
+  ptrdiff_t shift[SEGMENTS_MAX]; /* where lane 0 of a segment's vector lands in an output plane */
+  __m256i mask[SEGMENTS_MAX][2]; /* its lanes, in the two vectors of 8 */
+  int half[SEGMENTS_MAX][2];     /* whether each vector has any */
+} block_stores;
+
+/* The segments of the block at pitch index q0 (pitch wp = w + 2) of an h x w plane. */
+__attribute__((target("avx2"))) static void block_stores_of(block_stores *b, size_t q0, size_t w, size_t h) {
+  size_t wp = w + 2;
+  b->count = 0;
+  for (size_t a = 0; a < DIRECT_BLOCK;) {
+    size_t y = (q0 + a) / wp, x = (q0 + a) % wp;
+    if (y >= h) break;
+    if (x >= w) { /* a border lane */
+      a++;
+      continue;
+    }
+    size_t run = lamp_cpu_min(w - x, DIRECT_BLOCK - a);
+    uint32_t lanes = ((1u << run) - 1u) << a;
+    size_t k = b->count++;
+    b->shift[k] = (ptrdiff_t)(y * w + x) - (ptrdiff_t)a;
+    for (size_t half = 0; half < 2; half++) {
+      uint32_t bits = lanes >> (8 * half) & 0xffu;
+      b->mask[k][half] = lane_vector(bits);
+      b->half[k][half] = bits != 0;
+    }
+    a += run;
+  }
+}
+
+/* Lanes 8 * half ... of v into the plane at `plane` (a float address formed without pointer
+   arithmetic outside the array: its lanes there are masked off, never accessed). */
+__attribute__((target("avx2"))) static inline void store_segments(float *plane, const block_stores *b, size_t half,
+                                                                  __m256 v) {
+  for (size_t k = 0; k < b->count; k++)
+    if (b->half[k][half])
+      _mm256_maskstore_ps(
+          (float *)(void *)((uintptr_t)plane + (uintptr_t)(b->shift[k] + (ptrdiff_t)(8 * half)) * sizeof(float)),
+          b->mask[k][half], v);
+}
+
+/*
+** 16 pixels as two vectors of 8 against `count` (6 or 4) output channels from o: 12
+** accumulators, the two pixel vectors and a broadcast hold 15 of the 16 registers, and each
+** step's 8 loads feed 12 fused multiply-adds. The 16 outputs of a weight block go as 6, 6, 4.
+** Inlined with count constant, so that the loops over the outputs unroll and the accumulator
+** arrays live in registers (which a variable index would put in memory). Taps in the border
+** add w * 0 = +-0 where the AVX-512 kernel adds nothing: the same sums, bit for bit.
+*/
+__attribute__((target("avx2,fma"), always_inline)) static inline void
+direct_outputs_avx2(float *out, size_t ld_out, const float *xq, size_t plane_p, size_t wp, const float *wk, size_t ldw,
+                    const size_t count, size_t valid, const block_stores *b, size_t channels) {
+  __m256 lo[6], hi[6];
+#pragma GCC unroll 6
+  for (size_t o = 0; o < count; o++) lo[o] = hi[o] = _mm256_setzero_ps();
+  for (size_t c = 0; c < channels; c++) {
+    const float *xc = xq + c * plane_p;
+    for (size_t i = 0; i < 3; i++)
+      for (size_t j = 0; j < 3; j++) {
+        __m256 vlo = _mm256_loadu_ps(xc + i * wp + j), vhi = _mm256_loadu_ps(xc + i * wp + j + 8);
+#pragma GCC unroll 6
+        for (size_t o = 0; o < count; o++) {
+          __m256 w = _mm256_broadcast_ss(wk + o);
+          lo[o] = _mm256_fmadd_ps(w, vlo, lo[o]);
+          hi[o] = _mm256_fmadd_ps(w, vhi, hi[o]);
+        }
+        wk += ldw;
+      }
+  }
+#pragma GCC unroll 6
+  for (size_t o = 0; o < count; o++) {
+    if (o >= valid) break;
+    store_segments(out + o * ld_out, b, 0, lo[o]);
+    store_segments(out + o * ld_out, b, 1, hi[o]);
+  }
+}
+
+/* Pixel blocks outer, so that a block's input stays in L1 for every output block; the bordered
+   planes are read 16 floats past the last block's taps (bordered_slack, zero). */
+__attribute__((target("avx2,fma"))) static void direct_avx2(float *out, size_t ld_out, const void *x,
+                                                            lamp_dtype x_dtype, const float *wt, size_t ldw,
+                                                            size_t n_out, const lamp_conv_geom *g, float *work) {
+  static const size_t group_at[3] = {0, 6, 12}, group_size[3] = {6, 6, 4};
+  size_t h = g->height, w = g->width, wp = w + 2, plane_p = (h + 2) * wp, pitched = h * wp;
+  bordered_planes(work, x, x_dtype, g);
+  memset(work + g->channels * plane_p, 0, bordered_slack * sizeof *work);
+  for (size_t q0 = 0; q0 < pitched; q0 += DIRECT_BLOCK) {
+    block_stores b;
+    block_stores_of(&b, q0, w, h);
+    for (size_t o0 = 0; o0 < n_out; o0 += DIRECT_BLOCK)
+      for (size_t k = 0; k < 3 && o0 + group_at[k] < n_out; k++) {
+        size_t o = o0 + group_at[k], valid = lamp_cpu_min(group_size[k], n_out - o);
+        float *dst = out + o * ld_out;
+        if (group_size[k] == 6)
+          direct_outputs_avx2(dst, ld_out, work + q0, plane_p, wp, wt + o, ldw, 6, valid, &b, g->channels);
+        else direct_outputs_avx2(dst, ld_out, work + q0, plane_p, wp, wt + o, ldw, 4, valid, &b, g->channels);
+      }
+  }
+  _mm256_zeroupper();
+}
+
+#define GRAD_ZERO_AVX2(k, p, i, j) __m256 a##k = _mm256_setzero_ps();
+#define GRAD_FMA_AVX2(k, p, i, j) a##k = _mm256_fmadd_ps(d, _mm256_broadcast_ss(&p[(i)*wp + (j)]), a##k);
+#define GRAD_STORE_AVX2(k, p, i, j) grad_store_avx2(acc + (r0 + (k)) * o16, a##k, accumulate);
+
+__attribute__((target("avx2"))) static inline void grad_store_avx2(float *dst, __m256 v, int accumulate) {
+  if (accumulate) v = _mm256_add_ps(_mm256_loadu_ps(dst), v);
+  _mm256_storeu_ps(dst, v);
+}
+
+/* Rows r0 .. r0 + 8 (input channel c) of 8 outputs: 9 accumulators, and per pixel one vector of dy
+   and 9 broadcast taps, the same sums in the same order as the AVX-512 lanes. */
+__attribute__((target("avx2,fma"))) static void grad_channel_avx2(float *acc, size_t o16, size_t r0, const float *xp,
+                                                                  const float *dyt, const lamp_conv_geom *g,
+                                                                  int accumulate) {
+  size_t h = g->height, w = g->width, wp = w + 2;
+  GRAD_TAPS_0(GRAD_ZERO_AVX2, p0)
+  for (size_t oy = 0; oy < h; oy++)
+    for (size_t ox = 0; ox < w; ox++) {
+      __m256 d = _mm256_loadu_ps(dyt + (oy * w + ox) * o16);
+      const float *p0 = xp + oy * wp + ox;
+      OPAQUE(p0);
+      GRAD_TAPS_0(GRAD_FMA_AVX2, p0)
+    }
+  GRAD_TAPS_0(GRAD_STORE_AVX2, p0)
+}
+
+/* dy [n_out][plane] as [plane][o16], the outputs past n_out zero. */
+static void transpose_dy_plain(float *dyt, const float *dy, size_t n_out, size_t o16, size_t plane) {
+  for (size_t o = 0; o < o16; o++)
+    for (size_t p = 0; p < plane; p++) dyt[p * o16 + o] = o < n_out ? dy[o * plane + p] : 0.0f;
+}
+
+__attribute__((target("avx2,fma"))) static void grad_avx2(float *acc, const void *x, lamp_dtype x_dtype,
+                                                          const float *dy, size_t n_out, const lamp_conv_geom *g,
+                                                          float *work, int accumulate) {
+  size_t o16 = padded_outputs(n_out), plane = g->height * g->width, plane_p = (g->height + 2) * (g->width + 2);
+  float *xp = work, *dyt = work + bordered_floats(g);
+  bordered_planes(xp, x, x_dtype, g);
+  transpose_dy_plain(dyt, dy, n_out, o16, plane);
+  for (size_t ob = 0; ob < o16; ob += 8)
+    for (size_t c = 0; c < g->channels; c++)
+      grad_channel_avx2(acc + ob, o16, c * 9, xp + c * plane_p, dyt + ob, g, accumulate);
+  _mm256_zeroupper();
+}
+
+/* ---- the instruction set ---------------------------------------------------------------------- */
+
+static int have_avx512(void) { return lamp_cpu_has(LAMP_ISA_AVX512F); }
+static int have_avx2(void) { return lamp_cpu_has(LAMP_ISA_AVX2) && lamp_cpu_has(LAMP_ISA_FMA); }
+
+static void direct_cpu(float *out, size_t ld_out, const void *x, lamp_dtype x_dtype, const float *wt, size_t ldw,
+                       size_t n_out, const lamp_conv_geom *g, float *work) {
+  if (have_avx512()) direct_avx512(out, ld_out, x, x_dtype, wt, ldw, n_out, g, work);
+  else direct_avx2(out, ld_out, x, x_dtype, wt, ldw, n_out, g, work);
+}
+
+static void grad_cpu(float *acc, const void *x, lamp_dtype x_dtype, const float *dy, size_t n_out,
+                     const lamp_conv_geom *g, float *work, int accumulate) {
+  if (have_avx512()) grad_avx512(acc, x, x_dtype, dy, n_out, g, work, accumulate);
+  else grad_avx2(acc, x, x_dtype, dy, n_out, g, work, accumulate);
+}
+
 #else
+static int have_avx512(void) { return 0; }
+static int have_avx2(void) { return 0; }
 static void grad_cpu(float *acc, const void *x, lamp_dtype x_dtype, const float *dy, size_t n_out,
                      const lamp_conv_geom *g, float *work, int accumulate) {
   (void)acc, (void)x, (void)x_dtype, (void)dy, (void)n_out, (void)g, (void)work, (void)accumulate;
@@ -272,12 +460,17 @@ static void direct_cpu(float *out, size_t ld_out, const void *x, lamp_dtype x_dt
 #endif
 
 int lamp_cpu_conv_direct_supported(const lamp_conv_geom *g) {
-  return direct_geometry(g) && lamp_cpu_has(LAMP_ISA_AVX512F);
+  return direct_geometry(g) && (have_avx512() || have_avx2());
 }
 
 size_t lamp_cpu_conv_direct_width(size_t n_out) { return (n_out + DIRECT_BLOCK - 1) / DIRECT_BLOCK * DIRECT_BLOCK; }
 
-size_t lamp_cpu_conv_direct_work(const lamp_conv_geom *g) { return g->channels * g->height * g->width; }
+/* AVX2 reads bordered planes (and their slack); AVX-512 at most a widened copy of x. */
+size_t lamp_cpu_conv_direct_work(const lamp_conv_geom *g) {
+  size_t widened = g->channels * g->height * g->width;
+  size_t bordered = g->channels * (g->height + 2) * (g->width + 2) + bordered_slack;
+  return widened > bordered ? widened : bordered;
+}
 
 size_t lamp_cpu_conv_direct_grad_work(const lamp_conv_geom *g, size_t n_out) {
   return bordered_floats(g) + g->height * g->width * padded_outputs(n_out);

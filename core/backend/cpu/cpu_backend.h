@@ -194,7 +194,7 @@ lamp_status lamp_cpu_scatter_planes(void *dst, lamp_dtype dst_dtype, size_t imag
 
 /*
 ** Direct convolution of one image with a 3x3 kernel, stride 1, padding 1 (so out_h = height,
-** out_w = width), where the CPU has AVX-512 (lamp_cpu_conv_direct_supported):
+** out_w = width), where the CPU has AVX-512 or AVX2 with FMA (lamp_cpu_conv_direct_supported):
 ** out[o][p] = sum_r wt[r][o] * col[r][p] for o < n_out, with col the columns lamp_cpu_im2col would
 ** make for g, never formed. x: g->channels planes, contiguous; out rows ld_out apart; wt is
 ** [channels * kernel_h * kernel_w][ldw], ldw = lamp_cpu_conv_direct_width(n_out) (columns from
