@@ -4,9 +4,10 @@
 ** For the 3x3 / padding 1 convolutions of small CNNs the columns are nine shifted copies of the
 ** input, which im2col writes and the GEMM then packs again before its kernel reads them: for
 ** the thin products of 16 or 32 channels that traffic costs as much as the arithmetic. Here a
-** kernel reads the input planes directly (the zero border is implied, see tap_masks): 16 output
-** channels of 16 adjacent pixels of a row are accumulated in registers over every (channel,
-** tap), the weight of each broadcast from a [K][16-padded] transposed copy. The instruction set
+** kernel reads the input planes directly (AVX-512 implies the zero border, see block_lanes; AVX2
+** reads a bordered copy, see block_stores): 16 output channels of 16 adjacent pixels are
+** accumulated in registers over every (channel, tap), the weight of each broadcast from a
+** [K][16-padded] transposed copy. The instruction set
 ** is chosen at run time: AVX-512 where the CPU has it, else AVX2 with FMA, whose 8 lanes and 16
 ** registers take the same blocks in smaller pieces; on a CPU with neither,
 ** lamp_cpu_conv_direct_supported says no and callers take im2col + GEMM.
