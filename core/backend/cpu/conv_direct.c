@@ -361,8 +361,8 @@ direct_outputs_avx2(float *out, size_t ld_out, const float *xq, size_t plane_p, 
   }
 }
 
-/* Pixel blocks outer, so that a block's input stays in L1 for every output block; the bordered
-   planes are read 16 floats past the last block's taps (bordered_slack, zero). */
+/* Pixel blocks outer, so that a block's input stays in L1 for every output block. The last
+   block's taps reach up to 17 floats past the bordered planes: bordered_slack, zeroed. */
 __attribute__((target("avx2,fma"))) static void direct_avx2(float *out, size_t ld_out, const void *x,
                                                             lamp_dtype x_dtype, const float *wt, size_t ldw,
                                                             size_t n_out, const lamp_conv_geom *g, float *work) {
