@@ -109,6 +109,7 @@ machine_records() {
   bench_record meta os "$(. /etc/os-release && echo "$PRETTY_NAME")"
   bench_record meta lamp "$(build/lamp --version | head -1 | sed 's/ (.*//')"
   bench_record meta blas "$(build/lamp --version | sed -n 's/^blas \(OpenBLAS [^ ]*\).*(core \(.*\))$/\1 with its \2 kernels/p')"
+  bench_record meta gemm "$(build/lamp devices | sed -n 's/^    gemm: //p' | head -1)"
   bench_record meta torch "PyTorch $torch_version from $torch_origin ($torch_libs)"
   bench_record meta repeat "$repeat"
   local own="each benchmark's own (one epoch, a quarter for the ResNet)"
@@ -185,7 +186,7 @@ render() { # records
       label["ddp-resnet-zero-2"] = "small ResNet fp32, 2 processes × 1 thread, lamp with ZeRO-1 (`ddp.sh`)"
       printf "- Machine: %s, %s cores (%s), %s of memory, %s\n", meta["cpu"], meta["cores"], meta["features"],
         meta["memory"], meta["os"]
-      printf "- %s, %s\n", meta["lamp"], meta["blas"]
+      printf "- %s, %s; GEMMs: %s\n", meta["lamp"], meta["blas"], meta["gemm"]
       printf "- %s\n", meta["torch"]
       printf "- Repeats: %s; epochs per run: %s\n\n", meta["repeat"], meta["epochs"]
       print "| benchmark | lamp samples/s | PyTorch samples/s | lamp / PyTorch | test accuracy, lamp / PyTorch |"

@@ -45,6 +45,7 @@ meta${t}memory${t}16 GiB
 meta${t}os${t}Debian GNU/Linux 12 (bookworm)
 meta${t}lamp${t}lamp 0.1.0
 meta${t}blas${t}OpenBLAS 0.3.21 with its SkylakeX kernels
+meta${t}gemm${t}dnnl; bf16: dnnl
 meta${t}torch${t}PyTorch 2.5.1 from a virtual environment (BLAS mkl, oneDNN)
 meta${t}repeat${t}3
 meta${t}epochs${t}0.1
@@ -76,7 +77,7 @@ EOF
 
 section=$(cat <<'EOF'
 - Machine: Test CPU 9000, 4 cores (AVX2, AVX-512), 16 GiB of memory, Debian GNU/Linux 12 (bookworm)
-- lamp 0.1.0, OpenBLAS 0.3.21 with its SkylakeX kernels
+- lamp 0.1.0, OpenBLAS 0.3.21 with its SkylakeX kernels; GEMMs: dnnl; bf16: dnnl
 - PyTorch 2.5.1 from a virtual environment (BLAS mkl, oneDNN)
 - Repeats: 3; epochs per run: 0.1
 

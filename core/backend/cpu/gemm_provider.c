@@ -179,9 +179,14 @@ static void choose(void) {
     else choice.bf16 = choice.f32->gemm_bf16 != NULL ? choice.f32 : NULL;
     return;
   }
+  /* Where oneDNN has the bf16 GEMM it takes fp32 too: its products run on lamp's pool, with no
+     hand-over to OpenBLAS's threads around each one (gemm_provider.h). */
   const lamp_gemm_provider *dnnl_p;
-  if (lamp_cpu_has(LAMP_ISA_AVX512BF16) && lamp_gemm_provider_open("dnnl", &dnnl_p) == LAMP_OK)
-    choice.bf16 = dnnl_p->gemm_bf16 != NULL ? dnnl_p : NULL;
+  if (lamp_cpu_has(LAMP_ISA_AVX512BF16) && lamp_gemm_provider_open("dnnl", &dnnl_p) == LAMP_OK &&
+      dnnl_p->gemm_bf16 != NULL) {
+    choice.f32 = choice.bf16 = dnnl_p;
+    return;
+  }
   lamp_error_clear();
   choice_status = lamp_gemm_provider_open("openblas", &choice.f32);
 }

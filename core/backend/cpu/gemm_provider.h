@@ -53,9 +53,10 @@ lamp_status lamp_gemm_provider_open(const char *name, const lamp_gemm_provider *
 /*
 ** The providers of this process, chosen on the first call. f32 computes fp32 products; bf16, where
 ** not NULL, takes bf16 operands as they are (else they are widened for f32). LAMP_GEMM=name makes
-** `name` both (its bf16 GEMM if it has one); an error when it cannot be opened. Unset: OpenBLAS
-** for fp32 (oneDNN's sgemm is within 5 % of it on AVX-512, docs/benchmarks.md), and oneDNN's bf16
-** GEMM where it is installed and the CPU has AVX512_BF16 (twice OpenBLAS's fp32 rate there).
+** `name` both (its bf16 GEMM if it has one); an error when it cannot be opened. Unset: oneDNN for
+** both where it is installed and the CPU has AVX512_BF16 (its bf16 GEMM runs at twice OpenBLAS's
+** fp32 rate there, and its fp32 GEMM on lamp's pool ran the reference MLP's step faster than
+** OpenBLAS on its own threads, docs/benchmarks.md); OpenBLAS for fp32 everywhere else.
 */
 typedef struct lamp_gemm_choice {
   const lamp_gemm_provider *f32, *bf16;
