@@ -4,7 +4,8 @@
 ** onto the next row (or several), blocks that end part-way, 1-pixel rows and columns, output
 ** counts that are not multiples of 16. The forward sums in order over (c, i, j) with fused
 ** multiply-adds, so the reference does exactly that with fmaf and must agree bit for bit; taps in
-** the zero border add +-0, which changes no sum, and the reference skips them. The weight
+** the zero border add +-0, which changes no sum, and the reference skips them. A bf16 input on a
+** CPU with AVX512_BF16 is summed in channel pairs (reference_pairs), also bit for bit. The weight
 ** gradient is a reassociation and is checked against a double-precision sum.
 */
 #include <math.h>
@@ -67,6 +68,27 @@ static float reference_output(const float *x, const float *wt, size_t ldw, const
   return acc;
 }
 
+/*
+** The same where the kernel multiplies bf16 pairs of input channels (lamp_cpu_conv_direct_bf16_dot):
+** vdpbf16ps as its manual defines it, per pair of channels (2c, 2c + 1) and tap, in order over
+** (c / 2, i, j), the odd channel's product added first and then the even one's, each a rounded
+** fp32 addition of an exact product (a missing odd channel and the border add 0). The test's
+** values have no denormals, which the instruction would read and write as zero.
+*/
+static float reference_pairs(const float *x, const float *wt, size_t ldw, const shape *s, size_t o, size_t p) {
+  volatile float acc = 0.0f; /* each addition rounded on its own, never contracted */
+  for (size_t c = 0; c < s->channels; c += 2)
+    for (size_t i = 0; i < 3; i++)
+      for (size_t j = 0; j < 3; j++) {
+        float even = 0.0f, odd = 0.0f, v;
+        if (c + 1 < s->channels && tap(x, s, c + 1, p, i, j, &v)) odd = wt[(((c + 1) * 3 + i) * 3 + j) * ldw + o] * v;
+        if (tap(x, s, c, p, i, j, &v)) even = wt[((c * 3 + i) * 3 + j) * ldw + o] * v;
+        acc = acc + odd;
+        acc = acc + even;
+      }
+  return acc;
+}
+
 #define GUARD 12345.0f
 
 static void check_forward(const shape *s, lamp_dtype dtype) {
@@ -82,14 +104,17 @@ static void check_forward(const shape *s, lamp_dtype dtype) {
     if (dtype == LAMP_F16) lamp_f32_to_f16_n(x16, x, nx), lamp_f16_to_f32_n(x, x16, nx);
     else lamp_f32_to_bf16_n(x16, x, nx), lamp_bf16_to_f32_n(x, x16, nx);
   }
+  int pairs = dtype == LAMP_BF16 && lamp_cpu_conv_direct_bf16_dot();
   for (size_t r = 0; r < s->channels * 9; r++)
-    for (size_t o = 0; o < s->n_out; o++) wt[r * ldw + o] = next_value();
+    for (size_t o = 0; o < s->n_out; o++) /* bf16 weights where the kernel multiplies bf16 */
+      wt[r * ldw + o] = pairs ? lamp_bf16_to_f32(lamp_f32_to_bf16(next_value())) : next_value();
   for (size_t k = 0; k < nout; k++) out[k] = GUARD;
   const void *input = dtype == LAMP_F32 ? (const void *)x : (const void *)x16;
   assert_int_equal(lamp_cpu_conv_direct_typed(out, ld_out, input, dtype, wt, ldw, s->n_out, &g, work), LAMP_OK);
   for (size_t o = 0; o < s->n_out; o++) {
     for (size_t p = 0; p < plane; p++) {
-      float want = reference_output(x, wt, ldw, s, o, p), got = out[o * ld_out + p];
+      float want = pairs ? reference_pairs(x, wt, ldw, s, o, p) : reference_output(x, wt, ldw, s, o, p);
+      float got = out[o * ld_out + p];
       if (memcmp(&want, &got, sizeof want) != 0)
         fail_msg("%zux%zux%zu -> %zu (%s): out[%zu][%zu] = %.9g, reference %.9g", s->channels, s->h, s->w,
                  s->n_out, lamp_dtype_name(dtype), o, p, (double)got, (double)want);
@@ -151,10 +176,55 @@ static void gradient_matches_reference(void **state) {
   for (size_t k = 0; k < sizeof shapes / sizeof *shapes; k++) check_gradient(&shapes[k]);
 }
 
+/*
+** Conv2d's input gradient in bf16 (x, dy and dx bf16, compute bf16), which runs the transposed
+** convolution on dy as stored: dx against a double sum over the same bf16 values, within fp32
+** rounding of the sum's magnitude and dx's own rounding to bf16, for 2 images and an odd channel
+** count (a lone last channel in the bf16 pairs).
+*/
+static void conv2d_bf16_input_gradient(void **state) {
+  (void)state;
+  enum { N = 2, CIN = 3, COUT = 5, H = 9, W = 7 };
+  size_t plane = H * W, nx = N * CIN * plane, ny = N * COUT * plane, nw = COUT * CIN * 9;
+  uint16_t *dy = malloc(ny * sizeof *dy), *dx = malloc(nx * sizeof *dx), *x = calloc(nx, sizeof *x);
+  float *w = malloc(nw * sizeof *w);
+  assert_non_null(dy), assert_non_null(dx), assert_non_null(x), assert_non_null(w);
+  for (size_t k = 0; k < ny; k++) dy[k] = lamp_f32_to_bf16(next_value());
+  for (size_t k = 0; k < nw; k++) w[k] = lamp_bf16_to_f32(lamp_f32_to_bf16(next_value()));
+  lamp_conv2d_args a = {.shape = {.batch = N, .in_channels = CIN, .out_channels = COUT, .groups = 1, .height = H,
+                                  .width = W, .kernel = 3, .stride = 1, .padding = 1, .dilation = 1, .out_h = H,
+                                  .out_w = W},
+                        .compute = LAMP_BF16, .x = x, .x_dtype = LAMP_BF16, .weight = w, .operand_dtype = LAMP_F32,
+                        .dy = dy, .dy_dtype = LAMP_BF16, .dx = dx, .dx_dtype = LAMP_BF16};
+  void *plan = NULL;
+  assert_int_equal(lamp_conv2d_backward(LAMP_CPU, &plan, &a), LAMP_OK);
+  lamp_conv2d_plan_free(LAMP_CPU, plan);
+  for (size_t s = 0; s < N; s++)
+    for (size_t c = 0; c < CIN; c++)
+      for (size_t y = 0; y < H; y++)
+        for (size_t xx = 0; xx < W; xx++) {
+          double sum = 0.0, mag = 0.0;
+          for (size_t o = 0; o < COUT; o++)
+            for (size_t i = 0; i < 3; i++)
+              for (size_t j = 0; j < 3; j++) { /* dx[c][y][x] += w[o][c][i][j] * dy[o][y - i + 1][x - j + 1] */
+                ptrdiff_t yy = (ptrdiff_t)y - (ptrdiff_t)i + 1, xj = (ptrdiff_t)xx - (ptrdiff_t)j + 1;
+                if (yy < 0 || xj < 0 || yy >= H || xj >= W) continue;
+                double term = (double)w[((o * CIN + c) * 3 + i) * 3 + j] *
+                              (double)lamp_bf16_to_f32(dy[(s * COUT + o) * plane + (size_t)yy * W + (size_t)xj]);
+                sum += term, mag += fabs(term);
+              }
+          double got = lamp_bf16_to_f32(dx[(s * CIN + c) * plane + y * W + xx]);
+          if (fabs(got - sum) > 1e-6 * mag + fabs(sum) / 256.0 + 1e-30)
+            fail_msg("dx[%zu][%zu][%zu][%zu] = %.9g, reference %.9g", s, c, y, xx, got, sum);
+        }
+  free(dy), free(dx), free(x), free(w);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(forward_matches_reference_bit_for_bit),
       cmocka_unit_test(gradient_matches_reference),
+      cmocka_unit_test(conv2d_bf16_input_gradient),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -15,7 +15,9 @@
 ** The 3x3 / stride 1 / padding 1 convolutions (the small CNN's) skip the columns altogether
 ** where the CPU has AVX-512 or AVX2 with FMA (conv_direct.c): the forward, the transposed input
 ** gradient and the weight gradient then read the planes themselves, sparing im2col's copies and
-** the GEMM's packing of them, which cost as much as the products.
+** the GEMM's packing of them, which cost as much as the products. In bf16 on a CPU with
+** AVX512_BF16 the forward and the transposed input gradient read x and dy as stored and multiply
+** bf16 pairs (lamp_cpu_conv_direct_bf16_dot).
 **
 ** Operands: W and the bias arrive as fp32 holding the compute dtype's values (this backend has
 ** no 16-bit GEMM); x and dy are made so an image at a time inside the workers (under fp32 they
@@ -379,8 +381,13 @@ static lamp_status input_gradient(const conv_job *j, conv_worker *w, size_t s, s
     const float *tcol;
     if (d->tdirect) {
       size_t ldw = lamp_cpu_conv_direct_width(d->cin_g);
-      st = lamp_cpu_conv_direct(dst, d->plane_in, dy_g, f32(j->p->wdir_t) + g * d->t_rows * ldw, ldw, d->cin_g,
-                                &d->tgeom, col);
+      const float *wt_d = f32(j->p->wdir_t) + g * d->t_rows * ldw;
+      if (a->dy_dtype == LAMP_BF16 && a->compute == LAMP_BF16 && lamp_cpu_conv_direct_bf16_dot())
+        st = lamp_cpu_conv_direct_typed(dst, d->plane_in,
+                                        at(a->dy, a->dy_dtype, s * d->image_out + g * d->cout_g * d->plane_out),
+                                        a->dy_dtype, wt_d, ldw, d->cin_g, &d->tgeom, col);
+      else
+        st = lamp_cpu_conv_direct(dst, d->plane_in, dy_g, wt_d, ldw, d->cin_g, &d->tgeom, col);
     } else {
       st = columns(col, dy_g, d->image_out, &d->tgeom, &tcol);
       if (st == LAMP_OK)

@@ -15,6 +15,8 @@
 ** Numerically it is a GEMM over the same K terms, accumulated in order with fused
 ** multiply-adds: a reassociation of the same products, as any BLAS kernel does. Both
 ** instruction sets add the same products in the same order for every output: the same bits.
+** A bf16 input on a CPU with AVX512_BF16 is the exception: its forward multiplies the bf16
+** values in pairs with vdpbf16ps (direct_avx512_bf16), the bits of that instruction's sums.
 */
 #include <stddef.h>
 #include <stdint.h>
@@ -121,6 +123,15 @@ static inline const float *tap_address(const float *plane, size_t p0, size_t w, 
 #define DIRECT_FMA(o) a##o = _mm512_fmadd_ps(_mm512_set1_ps(wk[o]), v, a##o);
 #define DIRECT_SAVE(o) acc[o] = a##o;
 
+/* Outputs o0... (those below n_out) of the block's pixels, the lanes in `lanes`. */
+__attribute__((target("avx512f"))) static inline void store_block(float *out, size_t ld_out, size_t o0, size_t n_out,
+                                                                 size_t p0, uint32_t lanes,
+                                                                 const __m512 acc[DIRECT_BLOCK]) {
+  size_t valid = n_out - o0 < DIRECT_BLOCK ? n_out - o0 : DIRECT_BLOCK;
+  float *dst = out + o0 * ld_out + p0;
+  for (size_t o = 0; o < valid; o++) _mm512_mask_storeu_ps(dst + o * ld_out, (__mmask16)lanes, acc[o]);
+}
+
 __attribute__((target("avx512f"))) static void direct_block(float *out, size_t ld_out, const float *x,
                                                             const float *wt, size_t ldw, size_t o0, size_t n_out,
                                                             size_t p0, size_t n, const lamp_conv_geom *g) {
@@ -149,9 +160,7 @@ __attribute__((target("avx512f"))) static void direct_block(float *out, size_t l
     }
   __m512 acc[DIRECT_BLOCK];
   DIRECT_ACC(DIRECT_SAVE)
-  size_t valid = n_out - o0 < DIRECT_BLOCK ? n_out - o0 : DIRECT_BLOCK;
-  float *dst = out + o0 * ld_out + p0;
-  for (size_t o = 0; o < valid; o++) _mm512_mask_storeu_ps(dst + o * ld_out, (__mmask16)cols[1], acc[o]);
+  store_block(out, ld_out, o0, n_out, p0, cols[1], acc);
 }
 
 /* Both kernels leave with vzeroupper: the SSE code after them would run slowly behind dirty
@@ -164,6 +173,103 @@ __attribute__((target("avx512f"))) static void direct_avx512(float *out, size_t 
   for (size_t o0 = 0; o0 < n_out; o0 += DIRECT_BLOCK)
     for (size_t p0 = 0; p0 < plane; p0 += DIRECT_BLOCK)
       direct_block(out, ld_out, planes, wt, ldw, o0, n_out, p0, lamp_cpu_min(DIRECT_BLOCK, plane - p0), g);
+  _mm256_zeroupper();
+}
+
+/*
+** bf16 planes on a CPU with AVX512_BF16: vdpbf16ps multiplies pairs of bf16 values and adds both
+** products into an fp32 lane, twice the fp32 FMA's products per instruction. The pairs are of
+** input channels: the planes are interleaved into [channels / 2][plane] 32-bit pairs (even
+** channel low, a missing odd channel zero), and for each output the weights of the two channels
+** at one tap make the broadcast pair, gathered per block of 16 outputs into
+** [channels / 2][9][16]. The products are exact in fp32 and each pair is added into the sum as
+** the instruction defines it (round to nearest even, denormal inputs read as zero, denormal
+** results flushed): the sums differ from the fp32 kernel's order, as a bf16 GEMM's do, and are
+** the same for every run on the CPU. wt must hold bf16 values (the compute dtype's operands).
+*/
+#define BF16_DOT(o) a##o = _mm512_dpbf16_ps(a##o, (__m512bh)v, (__m512bh)_mm512_set1_epi32((int)wk[o]));
+
+static size_t channel_pairs(const lamp_conv_geom *g) { return (g->channels + 1) / 2; }
+
+/* bf16's bits of a value that is one (the top half of its fp32 bits). */
+static inline uint32_t bf16_bits_of(float v) {
+  uint32_t bits;
+  memcpy(&bits, &v, sizeof bits);
+  return bits >> 16;
+}
+
+__attribute__((target("avx512f"))) static void pair_planes(uint32_t *xi, const uint16_t *x, const lamp_conv_geom *g) {
+  size_t plane = g->height * g->width;
+  for (size_t c2 = 0; c2 < channel_pairs(g); c2++) {
+    const uint16_t *lo = x + 2 * c2 * plane, *hi = 2 * c2 + 1 < g->channels ? lo + plane : NULL;
+    uint32_t *dst = xi + c2 * plane;
+    size_t p = 0;
+    if (hi != NULL) {
+      for (; p + 16 <= plane; p += 16) {
+        __m512i l = _mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)(const void *)(lo + p)));
+        __m512i h = _mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)(const void *)(hi + p)));
+        _mm512_storeu_si512((void *)(dst + p), _mm512_or_si512(l, _mm512_slli_epi32(h, 16)));
+      }
+      for (; p < plane; p++) dst[p] = lo[p] | (uint32_t)hi[p] << 16;
+    } else {
+      for (; p < plane; p++) dst[p] = lo[p];
+    }
+  }
+}
+
+/* Block o0's weight pairs: wp[(c2 * 9 + tap) * 16 + o] from wt[(c * 9 + tap) * ldw + o0 + o]. */
+static void pair_weights(uint32_t *wp, const float *wt, size_t ldw, size_t o0, const lamp_conv_geom *g) {
+  for (size_t c2 = 0; c2 < channel_pairs(g); c2++)
+    for (size_t tap = 0; tap < 9; tap++)
+      for (size_t o = 0; o < DIRECT_BLOCK; o++) {
+        uint32_t lo = bf16_bits_of(wt[(2 * c2 * 9 + tap) * ldw + o0 + o]);
+        uint32_t hi = 2 * c2 + 1 < g->channels ? bf16_bits_of(wt[((2 * c2 + 1) * 9 + tap) * ldw + o0 + o]) : 0u;
+        wp[(c2 * 9 + tap) * DIRECT_BLOCK + o] = lo | hi << 16;
+      }
+}
+
+/* direct_block on channel pairs: the same lanes, masks and stores. */
+__attribute__((target("avx512f,avx512bf16"))) static void direct_block_bf16(float *out, size_t ld_out,
+                                                                           const uint32_t *xi, const uint32_t *wp,
+                                                                           size_t o0, size_t n_out, size_t p0,
+                                                                           size_t n, const lamp_conv_geom *g) {
+  size_t w = g->width, plane = g->height * w;
+  uint32_t rows[3], cols[3];
+  block_lanes(rows, cols, p0, n, w, plane);
+  DIRECT_ACC(DIRECT_ZERO)
+  const uint32_t *wk = wp;
+  for (size_t c2 = 0; c2 < channel_pairs(g); c2++)
+    for (size_t i = 0; i < 3; i++) {
+      if (rows[i] == 0) {
+        wk += 3 * DIRECT_BLOCK;
+        continue;
+      }
+      const float *xc = (const float *)(const void *)(xi + c2 * plane);
+      if (i == 0) prefetch_floats(xc, p0 + w + prefetch_ahead);
+      for (size_t j = 0; j < 3; j++) {
+        __m512i v = _mm512_maskz_loadu_epi32((__mmask16)(rows[i] & cols[j]), tap_address(xc, p0, w, i, j));
+        DIRECT_ACC(BF16_DOT)
+        wk += DIRECT_BLOCK;
+      }
+    }
+  __m512 acc[DIRECT_BLOCK];
+  DIRECT_ACC(DIRECT_SAVE)
+  store_block(out, ld_out, o0, n_out, p0, cols[1], acc);
+}
+
+/* work: the paired planes, then one block's weight pairs (lamp_cpu_conv_direct_work). */
+__attribute__((target("avx512f,avx512bf16"))) static void direct_avx512_bf16(float *out, size_t ld_out,
+                                                                            const uint16_t *x, const float *wt,
+                                                                            size_t ldw, size_t n_out,
+                                                                            const lamp_conv_geom *g, float *work) {
+  size_t plane = g->out_h * g->out_w;
+  uint32_t *xi = (uint32_t *)(void *)work, *wp = xi + channel_pairs(g) * plane;
+  pair_planes(xi, x, g);
+  for (size_t o0 = 0; o0 < n_out; o0 += DIRECT_BLOCK) {
+    pair_weights(wp, wt, ldw, o0, g);
+    for (size_t p0 = 0; p0 < plane; p0 += DIRECT_BLOCK)
+      direct_block_bf16(out, ld_out, xi, wp, o0, n_out, p0, lamp_cpu_min(DIRECT_BLOCK, plane - p0), g);
+  }
   _mm256_zeroupper();
 }
 
@@ -470,10 +576,12 @@ __attribute__((target("avx2,fma"))) static void grad_avx2(float *acc, const void
 
 static int have_avx512(void) { return lamp_cpu_has(LAMP_ISA_AVX512F); }
 static int have_avx2(void) { return lamp_cpu_has(LAMP_ISA_AVX2) && lamp_cpu_has(LAMP_ISA_FMA); }
+static int have_bf16_dot(void) { return have_avx512() && lamp_cpu_has(LAMP_ISA_AVX512BF16); }
 
 static void direct_cpu(float *out, size_t ld_out, const void *x, lamp_dtype x_dtype, const float *wt, size_t ldw,
                        size_t n_out, const lamp_conv_geom *g, float *work) {
-  if (have_avx512()) direct_avx512(out, ld_out, x, x_dtype, wt, ldw, n_out, g, work);
+  if (x_dtype == LAMP_BF16 && have_bf16_dot()) direct_avx512_bf16(out, ld_out, x, wt, ldw, n_out, g, work);
+  else if (have_avx512()) direct_avx512(out, ld_out, x, x_dtype, wt, ldw, n_out, g, work);
   else direct_avx2(out, ld_out, x, x_dtype, wt, ldw, n_out, g, work);
 }
 
@@ -486,6 +594,7 @@ static void grad_cpu(float *acc, const void *x, lamp_dtype x_dtype, const float 
 #else
 static int have_avx512(void) { return 0; }
 static int have_avx2(void) { return 0; }
+static int have_bf16_dot(void) { return 0; }
 static void grad_cpu(float *acc, const void *x, lamp_dtype x_dtype, const float *dy, size_t n_out,
                      const lamp_conv_geom *g, float *work, int accumulate) {
   (void)acc, (void)x, (void)x_dtype, (void)dy, (void)n_out, (void)g, (void)work, (void)accumulate;
@@ -495,6 +604,8 @@ static void direct_cpu(float *out, size_t ld_out, const void *x, lamp_dtype x_dt
   (void)out, (void)ld_out, (void)x, (void)x_dtype, (void)wt, (void)ldw, (void)n_out, (void)g, (void)work;
 }
 #endif
+
+int lamp_cpu_conv_direct_bf16_dot(void) { return have_bf16_dot(); }
 
 int lamp_cpu_conv_direct_supported(const lamp_conv_geom *g) {
   return direct_geometry(g) && (have_avx512() || have_avx2());
@@ -506,7 +617,9 @@ size_t lamp_cpu_conv_direct_width(size_t n_out) { return (n_out + DIRECT_BLOCK -
 size_t lamp_cpu_conv_direct_work(const lamp_conv_geom *g) {
   size_t widened = g->channels * g->height * g->width;
   size_t bordered = g->channels * (g->height + 2) * (g->width + 2) + bordered_slack;
-  return widened > bordered ? widened : bordered;
+  size_t pairs = (g->channels + 1) / 2, paired = pairs * (g->height * g->width + 9 * DIRECT_BLOCK);
+  size_t most = widened > bordered ? widened : bordered;
+  return most > paired ? most : paired;
 }
 
 size_t lamp_cpu_conv_direct_grad_work(const lamp_conv_geom *g, size_t n_out) {

@@ -221,9 +221,16 @@ lamp_status lamp_cpu_conv_direct_grad(float *acc, const float *x, const float *d
 /* gw[o][r] (+)= the accumulated sum for (o, r); gw's rows ldg apart, rows = g->channels * 9. */
 lamp_status lamp_cpu_conv_direct_grad_reduce(float *gw, size_t ldg, const float *acc, size_t n_out, size_t rows,
                                              int accumulate);
-/* The forward and lamp_cpu_conv_direct_grad with x in f32, f16 or bf16 (x_dtype), a 16-bit x
-   widened exactly as lamp_cpu_convert does (the forward widens it into work; an fp32 x it reads
-   in place). */
+/*
+** The forward and lamp_cpu_conv_direct_grad with x in f32, f16 or bf16 (x_dtype), a 16-bit x
+** widened exactly as lamp_cpu_convert does (the forward widens it into work; an fp32 x it reads
+** in place). Except: the forward of a bf16 x where lamp_cpu_conv_direct_bf16_dot() says so
+** multiplies the bf16 values as stored, in pairs of input channels with the CPU's bf16 dot
+** product (AVX512_BF16), wt then holding bf16 values: the same products, each pair added as that
+** instruction adds it (denormals read and written as zero), so the sums' bits differ from the
+** fp32 order's; the same on every run and thread count.
+*/
+int lamp_cpu_conv_direct_bf16_dot(void);
 lamp_status lamp_cpu_conv_direct_typed(float *out, size_t ld_out, const void *x, lamp_dtype x_dtype, const float *wt,
                                        size_t ldw, size_t n_out, const lamp_conv_geom *g, float *work);
 lamp_status lamp_cpu_conv_direct_grad_typed(float *acc, const void *x, lamp_dtype x_dtype, const float *dy,
