@@ -191,13 +191,6 @@ __attribute__((target("avx512f"))) static void direct_avx512(float *out, size_t 
 
 static size_t channel_pairs(const lamp_conv_geom *g) { return (g->channels + 1) / 2; }
 
-/* bf16's bits of a value that is one (the top half of its fp32 bits). */
-static inline uint32_t bf16_bits_of(float v) {
-  uint32_t bits;
-  memcpy(&bits, &v, sizeof bits);
-  return bits >> 16;
-}
-
 __attribute__((target("avx512f"))) static void pair_planes(uint32_t *xi, const uint16_t *x, const lamp_conv_geom *g) {
   size_t plane = g->height * g->width;
   for (size_t c2 = 0; c2 < channel_pairs(g); c2++) {
@@ -222,8 +215,8 @@ static void pair_weights(uint32_t *wp, const float *wt, size_t ldw, size_t o0, c
   for (size_t c2 = 0; c2 < channel_pairs(g); c2++)
     for (size_t tap = 0; tap < 9; tap++)
       for (size_t o = 0; o < DIRECT_BLOCK; o++) {
-        uint32_t lo = bf16_bits_of(wt[(2 * c2 * 9 + tap) * ldw + o0 + o]);
-        uint32_t hi = 2 * c2 + 1 < g->channels ? bf16_bits_of(wt[((2 * c2 + 1) * 9 + tap) * ldw + o0 + o]) : 0u;
+        uint32_t lo = lamp_f32_to_bf16(wt[(2 * c2 * 9 + tap) * ldw + o0 + o]); /* exact: bf16 values */
+        uint32_t hi = 2 * c2 + 1 < g->channels ? lamp_f32_to_bf16(wt[((2 * c2 + 1) * 9 + tap) * ldw + o0 + o]) : 0u;
         wp[(c2 * 9 + tap) * DIRECT_BLOCK + o] = lo | hi << 16;
       }
 }
