@@ -16,6 +16,7 @@
 #endif
 
 static unsigned features; /* bit i: lamp_isa i */
+static lamp_vendor vendor;
 static pthread_once_t detect_once = PTHREAD_ONCE_INIT;
 
 #if defined(__x86_64__) || defined(__i386__)
@@ -31,8 +32,21 @@ static unsigned read_xcr0(void) {
 
 static unsigned bit_if(int present, lamp_isa isa) { return present ? 1u << isa : 0u; }
 
+/* Leaf 0 spells the vendor in EBX, EDX, ECX. */
+static lamp_vendor detect_vendor(void) {
+  unsigned max, b, c, d;
+  char name[13];
+  __cpuid(0, max, b, c, d);
+  memcpy(name, &b, 4), memcpy(name + 4, &d, 4), memcpy(name + 8, &c, 4);
+  name[12] = '\0';
+  if (strcmp(name, "GenuineIntel") == 0) return LAMP_VENDOR_INTEL;
+  if (strcmp(name, "AuthenticAMD") == 0) return LAMP_VENDOR_AMD;
+  return LAMP_VENDOR_OTHER;
+}
+
 static void detect(void) {
   unsigned eax, ebx, ecx, edx;
+  vendor = detect_vendor();
   if (!__get_cpuid(1, &eax, &ebx, &ecx, &edx)) return;
   unsigned xcr0 = (ecx & bit_OSXSAVE) ? read_xcr0() : 0;
   int avx_state = (xcr0 & XCR0_AVX) == XCR0_AVX, avx512_state = (xcr0 & XCR0_AVX512) == XCR0_AVX512;
@@ -83,4 +97,9 @@ int lamp_cpu_has(lamp_isa isa) {
   if ((unsigned)isa >= LAMP_ISA_COUNT) return 0;
   pthread_once(&detect_once, detect_capped);
   return (features >> isa) & 1u;
+}
+
+lamp_vendor lamp_cpu_vendor(void) {
+  pthread_once(&detect_once, detect_capped);
+  return vendor;
 }

@@ -30,4 +30,10 @@ typedef enum lamp_isa {
    every feature off x86-64). */
 int lamp_cpu_has(lamp_isa isa);
 
+/* Who made the processor (CPUID's vendor string). For the few choices an instruction set cannot
+   make: the same instruction can run at very different rates on different makers' cores. */
+typedef enum lamp_vendor { LAMP_VENDOR_OTHER = 0, LAMP_VENDOR_INTEL, LAMP_VENDOR_AMD } lamp_vendor;
+
+lamp_vendor lamp_cpu_vendor(void);
+
 #endif

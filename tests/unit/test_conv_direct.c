@@ -5,8 +5,10 @@
 ** counts that are not multiples of 16. The forward sums in order over (c, i, j) with fused
 ** multiply-adds, so the reference does exactly that with fmaf and must agree bit for bit; taps in
 ** the zero border add +-0, which changes no sum, and the reference skips them. A bf16 input on a
-** CPU with AVX512_BF16 is summed in channel pairs (reference_pairs), also bit for bit. The weight
-** gradient is a reassociation and is checked against a double-precision sum.
+** CPU with AVX512_BF16, where the pair kernel is chosen (AMD's CPUs, or LAMP_CONV_BF16=pairs), is
+** summed in channel pairs (reference_pairs), also bit for bit. The weight gradient is a
+** reassociation and is checked against a double-precision sum. tests/CMakeLists.txt runs this
+** program again with LAMP_CONV_BF16 set to pairs, to widen and to a bad value.
 */
 #include <math.h>
 #include <setjmp.h>
@@ -21,6 +23,8 @@
 
 #include "backend/backend.h"
 #include "backend/cpu/cpu_backend.h"
+#include "base/cpu.h"
+#include "base/log.h"
 #include "tensor/dtype.h"
 #include "tensor/half.h"
 
@@ -220,8 +224,40 @@ static void conv2d_bf16_input_gradient(void **state) {
   free(dy), free(dx), free(x), free(w);
 }
 
+static char warning[512];
+static int warnings;
+
+static void capture(lamp_log_level level, const char *line, void *userdata) {
+  (void)userdata;
+  if (level != LAMP_LOG_WARN) return;
+  warnings++;
+  snprintf(warning, sizeof warning, "%s", line);
+}
+
+/* Runs first: the choice is made, and a bad setting warned about, at the first question. */
+static void bf16_kernel_follows_the_setting(void **state) {
+  (void)state;
+  const char *set = getenv("LAMP_CONV_BF16");
+  int can = lamp_cpu_has(LAMP_ISA_AVX512F) && lamp_cpu_has(LAMP_ISA_AVX512BF16);
+  int by_default = can && lamp_cpu_vendor() == LAMP_VENDOR_AMD;
+  int unset = set == NULL || set[0] == '\0' || strcmp(set, "auto") == 0;
+  int pairs = !unset && strcmp(set, "pairs") == 0, widen = !unset && strcmp(set, "widen") == 0;
+  lamp_log_set_sink(capture, NULL);
+  int got = lamp_cpu_conv_direct_bf16_dot();
+  assert_int_equal(lamp_cpu_conv_direct_bf16_dot(), got);
+  lamp_log_set_sink(NULL, NULL);
+  assert_int_equal(got, pairs ? can : widen ? 0 : by_default);
+  char want[256] = "";
+  if (pairs && !can) snprintf(want, sizeof want, "warning: LAMP_CONV_BF16=pairs: this CPU has no AVX512_BF16; widening bf16");
+  if (!unset && !pairs && !widen)
+    snprintf(want, sizeof want, "warning: LAMP_CONV_BF16: expected auto, pairs or widen, found '%s'; using auto", set);
+  assert_int_equal(warnings, want[0] != '\0'); /* once, however often it is asked */
+  if (want[0] != '\0') assert_string_equal(warning, want);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
+      cmocka_unit_test(bf16_kernel_follows_the_setting),
       cmocka_unit_test(forward_matches_reference_bit_for_bit),
       cmocka_unit_test(gradient_matches_reference),
       cmocka_unit_test(conv2d_bf16_input_gradient),

@@ -89,7 +89,27 @@ static void answers_follow_the_setting(void **state) {
   }
 }
 
+/* The vendor is what /proc/cpuinfo's vendor_id says, whatever LAMP_CPU_ISA hides. */
+static void vendor_follows_cpuinfo(void **state) {
+  (void)state;
+#if !defined(__x86_64__)
+  skip();
+#endif
+  FILE *f = fopen("/proc/cpuinfo", "r");
+  if (f == NULL) skip();
+  char line[512], id[64] = "";
+  while (id[0] == '\0' && fgets(line, sizeof line, f) != NULL)
+    if (strncmp(line, "vendor_id", 9) == 0) sscanf(strchr(line, ':') + 1, "%63s", id);
+  fclose(f);
+  if (id[0] == '\0') skip();
+  lamp_vendor want = strcmp(id, "GenuineIntel") == 0   ? LAMP_VENDOR_INTEL
+                     : strcmp(id, "AuthenticAMD") == 0 ? LAMP_VENDOR_AMD
+                                                       : LAMP_VENDOR_OTHER;
+  if (lamp_cpu_vendor() != want) fail_msg("vendor_id %s: lamp_cpu_vendor() = %d, expected %d", id, lamp_cpu_vendor(), want);
+}
+
 int main(void) {
-  const struct CMUnitTest tests[] = {cmocka_unit_test(answers_follow_the_setting)};
+  const struct CMUnitTest tests[] = {cmocka_unit_test(answers_follow_the_setting),
+                                     cmocka_unit_test(vendor_follows_cpuinfo)};
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -15,9 +15,9 @@
 ** The 3x3 / stride 1 / padding 1 convolutions (the small CNN's) skip the columns altogether
 ** where the CPU has AVX-512 or AVX2 with FMA (conv_direct.c): the forward, the transposed input
 ** gradient and the weight gradient then read the planes themselves, sparing im2col's copies and
-** the GEMM's packing of them, which cost as much as the products. In bf16 on a CPU with
-** AVX512_BF16 the forward and the transposed input gradient read x and dy as stored and multiply
-** bf16 pairs (lamp_cpu_conv_direct_bf16_dot).
+** the GEMM's packing of them, which cost as much as the products. In bf16, where the CPU's
+** AVX512_BF16 dot product is fast (AMD's), the forward and the transposed input gradient read x
+** and dy as stored and multiply bf16 pairs (lamp_cpu_conv_direct_bf16_dot).
 **
 ** Operands: W and the bias arrive as fp32 holding the compute dtype's values (this backend has
 ** no 16-bit GEMM); x and dy are made so an image at a time inside the workers (under fp32 they

@@ -15,16 +15,20 @@
 ** Numerically it is a GEMM over the same K terms, accumulated in order with fused
 ** multiply-adds: a reassociation of the same products, as any BLAS kernel does. Both
 ** instruction sets add the same products in the same order for every output: the same bits.
-** A bf16 input on a CPU with AVX512_BF16 is the exception: its forward multiplies the bf16
-** values in pairs with vdpbf16ps (direct_avx512_bf16), the bits of that instruction's sums.
+** A bf16 input where the pair kernel is chosen (have_bf16_dot: AMD's CPUs with AVX512_BF16) is the
+** exception: its forward multiplies the bf16 values in pairs with vdpbf16ps (direct_avx512_bf16),
+** the bits of that instruction's sums.
 */
+#include <pthread.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "backend/cpu/cpu_backend.h"
 #include "base/cpu.h"
 #include "base/error.h"
+#include "base/log.h"
 #include "tensor/half.h"
 
 #define DIRECT_BLOCK 16
@@ -569,7 +573,40 @@ __attribute__((target("avx2,fma"))) static void grad_avx2(float *acc, const void
 
 static int have_avx512(void) { return lamp_cpu_has(LAMP_ISA_AVX512F); }
 static int have_avx2(void) { return lamp_cpu_has(LAMP_ISA_AVX2) && lamp_cpu_has(LAMP_ISA_FMA); }
-static int have_bf16_dot(void) { return have_avx512() && lamp_cpu_has(LAMP_ISA_AVX512BF16); }
+
+/*
+** The pair kernel does two products per lane and instruction, which pays only where vdpbf16ps
+** issues about as often as an FMA. It does on AMD's Zen 4 (one 512-bit FMA or vdpbf16ps a cycle:
+** the ResNet's layers ran 1.4 to 1.8 times the widening kernel's speed). An Intel Xeon with AMX
+** (Sapphire Rapids' generation) issues two FMAs a cycle but one vdpbf16ps every two
+** (register-only loops: 16 products a cycle against 32), and the small ResNet in bf16 ran at 0.73
+** times the widening kernels' speed. So
+** pairs are the default on AMD's CPUs only; LAMP_CONV_BF16=pairs|widen overrides, pairs only where
+** the CPU has AVX512_BF16.
+*/
+static pthread_once_t pairs_once = PTHREAD_ONCE_INIT;
+static int pairs_chosen;
+
+static void choose_pairs(void) {
+  int can = have_avx512() && lamp_cpu_has(LAMP_ISA_AVX512BF16), by_default = can && lamp_cpu_vendor() == LAMP_VENDOR_AMD;
+  const char *forced = getenv("LAMP_CONV_BF16");
+  if (forced == NULL || forced[0] == '\0' || strcmp(forced, "auto") == 0)
+    pairs_chosen = by_default;
+  else if (strcmp(forced, "widen") == 0)
+    pairs_chosen = 0;
+  else if (strcmp(forced, "pairs") == 0) {
+    pairs_chosen = can;
+    if (!can) lamp_log(LAMP_LOG_WARN, NULL, "LAMP_CONV_BF16=pairs: this CPU has no AVX512_BF16; widening bf16");
+  } else {
+    pairs_chosen = by_default;
+    lamp_log(LAMP_LOG_WARN, NULL, "LAMP_CONV_BF16: expected auto, pairs or widen, found '%s'; using auto", forced);
+  }
+}
+
+static int have_bf16_dot(void) {
+  pthread_once(&pairs_once, choose_pairs);
+  return pairs_chosen;
+}
 
 static void direct_cpu(float *out, size_t ld_out, const void *x, lamp_dtype x_dtype, const float *wt, size_t ldw,
                        size_t n_out, const lamp_conv_geom *g, float *work) {

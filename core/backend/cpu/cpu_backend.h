@@ -226,7 +226,8 @@ lamp_status lamp_cpu_conv_direct_grad_reduce(float *gw, size_t ldg, const float 
 ** widened exactly as lamp_cpu_convert does (the forward widens it into work; an fp32 x it reads
 ** in place). Except: the forward of a bf16 x where lamp_cpu_conv_direct_bf16_dot() says so
 ** multiplies the bf16 values as stored, in pairs of input channels with the CPU's bf16 dot
-** product (AVX512_BF16), wt then holding bf16 values: the same products, each pair added as that
+** product (AVX512_BF16, where it is fast: AMD's CPUs, or LAMP_CONV_BF16=pairs), wt then holding
+** bf16 values: the same products, each pair added as that
 ** instruction adds it (denormals read and written as zero), so the sums' bits differ from the
 ** fp32 order's; the same on every run and thread count.
 */
