@@ -98,8 +98,10 @@ static void vendor_follows_cpuinfo(void **state) {
   FILE *f = fopen("/proc/cpuinfo", "r");
   if (f == NULL) skip();
   char line[512], id[64] = "";
-  while (id[0] == '\0' && fgets(line, sizeof line, f) != NULL)
-    if (strncmp(line, "vendor_id", 9) == 0) sscanf(strchr(line, ':') + 1, "%63s", id);
+  while (id[0] == '\0' && fgets(line, sizeof line, f) != NULL) {
+    const char *colon = strncmp(line, "vendor_id", 9) == 0 ? strchr(line, ':') : NULL;
+    if (colon != NULL) sscanf(colon + 1, "%63s", id);
+  }
   fclose(f);
   if (id[0] == '\0') skip();
   lamp_vendor want = strcmp(id, "GenuineIntel") == 0   ? LAMP_VENDOR_INTEL

@@ -580,25 +580,23 @@ static int have_avx2(void) { return lamp_cpu_has(LAMP_ISA_AVX2) && lamp_cpu_has(
 ** the ResNet's layers ran 1.4 to 1.8 times the widening kernel's speed). An Intel Xeon with AMX
 ** (Sapphire Rapids' generation) issues two FMAs a cycle but one vdpbf16ps every two
 ** (register-only loops: 16 products a cycle against 32), and the small ResNet in bf16 ran at 0.73
-** times the widening kernels' speed. So
-** pairs are the default on AMD's CPUs only; LAMP_CONV_BF16=pairs|widen overrides, pairs only where
-** the CPU has AVX512_BF16.
+** times the widening kernels' speed. So pairs are the default on AMD's CPUs only;
+** LAMP_CONV_BF16=pairs|widen overrides, pairs only where the CPU has AVX512_BF16.
 */
 static pthread_once_t pairs_once = PTHREAD_ONCE_INIT;
 static int pairs_chosen;
 
 static void choose_pairs(void) {
-  int can = have_avx512() && lamp_cpu_has(LAMP_ISA_AVX512BF16), by_default = can && lamp_cpu_vendor() == LAMP_VENDOR_AMD;
+  int can = have_avx512() && lamp_cpu_has(LAMP_ISA_AVX512BF16);
   const char *forced = getenv("LAMP_CONV_BF16");
-  if (forced == NULL || forced[0] == '\0' || strcmp(forced, "auto") == 0)
-    pairs_chosen = by_default;
-  else if (strcmp(forced, "widen") == 0)
+  pairs_chosen = can && lamp_cpu_vendor() == LAMP_VENDOR_AMD;
+  if (forced == NULL || forced[0] == '\0' || strcmp(forced, "auto") == 0) return;
+  if (strcmp(forced, "widen") == 0) {
     pairs_chosen = 0;
-  else if (strcmp(forced, "pairs") == 0) {
+  } else if (strcmp(forced, "pairs") == 0) {
     pairs_chosen = can;
     if (!can) lamp_log(LAMP_LOG_WARN, NULL, "LAMP_CONV_BF16=pairs: this CPU has no AVX512_BF16; widening bf16");
   } else {
-    pairs_chosen = by_default;
     lamp_log(LAMP_LOG_WARN, NULL, "LAMP_CONV_BF16: expected auto, pairs or widen, found '%s'; using auto", forced);
   }
 }

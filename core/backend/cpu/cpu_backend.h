@@ -227,9 +227,9 @@ lamp_status lamp_cpu_conv_direct_grad_reduce(float *gw, size_t ldg, const float 
 ** in place). Except: the forward of a bf16 x where lamp_cpu_conv_direct_bf16_dot() says so
 ** multiplies the bf16 values as stored, in pairs of input channels with the CPU's bf16 dot
 ** product (AVX512_BF16, where it is fast: AMD's CPUs, or LAMP_CONV_BF16=pairs), wt then holding
-** bf16 values: the same products, each pair added as that
-** instruction adds it (denormals read and written as zero), so the sums' bits differ from the
-** fp32 order's; the same on every run and thread count.
+** bf16 values: the same products, each pair added as that instruction adds it (denormals read
+** and written as zero), so the sums' bits differ from the fp32 order's; the same on every run and
+** thread count.
 */
 int lamp_cpu_conv_direct_bf16_dot(void);
 lamp_status lamp_cpu_conv_direct_typed(float *out, size_t ld_out, const void *x, lamp_dtype x_dtype, const float *wt,
