@@ -114,7 +114,15 @@ static void check_forward(const shape *s, lamp_dtype dtype) {
       wt[r * ldw + o] = pairs ? lamp_bf16_to_f32(lamp_f32_to_bf16(next_value())) : next_value();
   for (size_t k = 0; k < nout; k++) out[k] = GUARD;
   const void *input = dtype == LAMP_F32 ? (const void *)x : (const void *)x16;
-  assert_int_equal(lamp_cpu_conv_direct_typed(out, ld_out, input, dtype, wt, ldw, s->n_out, &g, work), LAMP_OK);
+  if (pairs) {
+    uint32_t *wp = malloc(lamp_cpu_conv_direct_pairs(&g, s->n_out) * sizeof *wp);
+    assert_non_null(wp);
+    assert_int_equal(lamp_cpu_conv_direct_pair_weights(wp, wt, ldw, s->n_out, &g), LAMP_OK);
+    assert_int_equal(lamp_cpu_conv_direct_bf16(out, ld_out, x16, wp, s->n_out, &g, work), LAMP_OK);
+    free(wp);
+  } else {
+    assert_int_equal(lamp_cpu_conv_direct_typed(out, ld_out, input, dtype, wt, ldw, s->n_out, &g, work), LAMP_OK);
+  }
   for (size_t o = 0; o < s->n_out; o++) {
     for (size_t p = 0; p < plane; p++) {
       float want = pairs ? reference_pairs(x, wt, ldw, s, o, p) : reference_output(x, wt, ldw, s, o, p);
@@ -224,6 +232,57 @@ static void conv2d_bf16_input_gradient(void **state) {
   free(dy), free(dx), free(x), free(w);
 }
 
+/* Channels [c0, c0 + count) of each of n images of `channels` planes, into dst (n x count planes). */
+static void take_channels(uint16_t *dst, const uint16_t *src, size_t n, size_t channels, size_t c0, size_t count,
+                          size_t plane) {
+  for (size_t s = 0; s < n; s++)
+    memcpy(dst + s * count * plane, src + (s * channels + c0) * plane, count * plane * sizeof *dst);
+}
+
+/*
+** Conv2d in bf16 with 2 groups against each group run alone as an ungrouped layer on its slices of
+** x, W and dy: y, dx and the weight gradient the same bits. Catches a group reading another
+** group's weights (their pairs are laid out once per pass, group after group).
+*/
+static void conv2d_bf16_groups_match_each_group_alone(void **state) {
+  (void)state;
+  enum { N = 2, G = 2, CIN_G = 3, COUT_G = 5, H = 6, W = 7 };
+  enum { CIN = G * CIN_G, COUT = G * COUT_G, PLANE = H * W, NW = COUT * CIN_G * 9 };
+  static uint16_t x[N * CIN * PLANE], dy[N * COUT * PLANE], y[N * COUT * PLANE], dx[N * CIN * PLANE];
+  static uint16_t xg[N * CIN_G * PLANE], dyg[N * COUT_G * PLANE], yg[N * COUT_G * PLANE], dxg[N * CIN_G * PLANE];
+  static uint16_t part[N * COUT_G * PLANE];
+  static float w[NW], gw[NW], gwg[NW / G];
+  for (size_t k = 0; k < N * CIN * PLANE; k++) x[k] = lamp_f32_to_bf16(next_value());
+  for (size_t k = 0; k < N * COUT * PLANE; k++) dy[k] = lamp_f32_to_bf16(next_value());
+  for (size_t k = 0; k < NW; k++) w[k] = lamp_bf16_to_f32(lamp_f32_to_bf16(next_value()));
+  lamp_conv2d_args a = {.shape = {.batch = N, .in_channels = CIN, .out_channels = COUT, .groups = G, .height = H,
+                                  .width = W, .kernel = 3, .stride = 1, .padding = 1, .dilation = 1, .out_h = H,
+                                  .out_w = W},
+                        .compute = LAMP_BF16, .x = x, .x_dtype = LAMP_BF16, .weight = w, .operand_dtype = LAMP_F32,
+                        .y = y, .y_dtype = LAMP_BF16, .dy = dy, .dy_dtype = LAMP_BF16, .dx = dx,
+                        .dx_dtype = LAMP_BF16, .grad_weight = gw, .grad_dtype = LAMP_F32, .overwrite_grads = 1};
+  void *plan = NULL;
+  assert_int_equal(lamp_conv2d_forward(LAMP_CPU, &plan, &a), LAMP_OK);
+  assert_int_equal(lamp_conv2d_backward(LAMP_CPU, &plan, &a), LAMP_OK);
+  lamp_conv2d_plan_free(LAMP_CPU, plan);
+  for (size_t g = 0; g < G; g++) {
+    lamp_conv2d_args b = a;
+    b.shape.in_channels = CIN_G, b.shape.out_channels = COUT_G, b.shape.groups = 1;
+    b.x = xg, b.dy = dyg, b.y = yg, b.dx = dxg, b.weight = w + g * NW / G, b.grad_weight = gwg;
+    take_channels(xg, x, N, CIN, g * CIN_G, CIN_G, PLANE);
+    take_channels(dyg, dy, N, COUT, g * COUT_G, COUT_G, PLANE);
+    plan = NULL;
+    assert_int_equal(lamp_conv2d_forward(LAMP_CPU, &plan, &b), LAMP_OK);
+    assert_int_equal(lamp_conv2d_backward(LAMP_CPU, &plan, &b), LAMP_OK);
+    lamp_conv2d_plan_free(LAMP_CPU, plan);
+    take_channels(part, y, N, COUT, g * COUT_G, COUT_G, PLANE);
+    assert_memory_equal(part, yg, sizeof yg);
+    take_channels(part, dx, N, CIN, g * CIN_G, CIN_G, PLANE);
+    assert_memory_equal(part, dxg, sizeof dxg);
+    assert_memory_equal(gw + g * NW / G, gwg, sizeof gwg);
+  }
+}
+
 static char warning[512];
 static int warnings;
 
@@ -261,6 +320,7 @@ int main(void) {
       cmocka_unit_test(forward_matches_reference_bit_for_bit),
       cmocka_unit_test(gradient_matches_reference),
       cmocka_unit_test(conv2d_bf16_input_gradient),
+      cmocka_unit_test(conv2d_bf16_groups_match_each_group_alone),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -134,7 +134,8 @@ static void maxpool_leaves_clean_state(void **state) {
   check_clean("lamp_maxpool_forward", 4 * 36);
 }
 
-/* The direct 3x3 convolution and its weight gradient, fp32 and f16 input, where supported. */
+/* The direct 3x3 convolution and its weight gradient, fp32 and f16 input, and the bf16 pair
+   kernel, where supported. */
 static void direct_conv_leaves_clean_state(void **state) {
   (void)state;
   REQUIRE_STATE();
@@ -162,6 +163,13 @@ static void direct_conv_leaves_clean_state(void **state) {
     assert_int_equal(lamp_cpu_conv_direct_grad_reduce(gw, 18, acc, n_out, 18, 0), LAMP_OK);
     check_clean("lamp_conv_direct_grad_reduce", 3 * 18);
   }
+  if (!lamp_cpu_has(LAMP_ISA_AVX512BF16)) return;
+  static uint32_t wp[2 * 9 * 16];
+  assert_true(lamp_cpu_conv_direct_pairs(&g, n_out) <= sizeof wp / sizeof *wp);
+  assert_int_equal(lamp_cpu_conv_direct_pair_weights(wp, wt, ldw, n_out, &g), LAMP_OK);
+  clean_state();
+  assert_int_equal(lamp_cpu_conv_direct_bf16(out, plane, u16, wp, n_out, &g, work), LAMP_OK);
+  check_clean("lamp_conv_direct_bf16", 2 * plane);
 }
 
 int main(void) {

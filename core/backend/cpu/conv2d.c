@@ -17,7 +17,8 @@
 ** gradient and the weight gradient then read the planes themselves, sparing im2col's copies and
 ** the GEMM's packing of them, which cost as much as the products. In bf16, where the CPU's
 ** AVX512_BF16 dot product is fast (AMD's), the forward and the transposed input gradient read x
-** and dy as stored and multiply bf16 pairs (lamp_cpu_conv_direct_bf16_dot).
+** and dy as stored and multiply bf16 pairs (lamp_cpu_conv_direct_bf16_dot), the weights paired
+** once per pass.
 **
 ** Operands: W and the bias arrive as fp32 holding the compute dtype's values (this backend has
 ** no 16-bit GEMM); x and dy are made so an image at a time inside the workers (under fp32 they
@@ -45,6 +46,7 @@ typedef struct conv_plan {
   size_t out_channels; /* what bias_sums were sized for */
   lamp_tensor *wt;            /* the flipped, transposed weights of the input-gradient convolution */
   lamp_tensor *wdir, *wdir_t; /* W and wt per group as [K][16-padded outputs], for the direct kernel */
+  lamp_tensor *wpair, *wpair_t; /* the same as the bf16 pair kernel's weight pairs */
   conv_worker workers[LAMP_CPU_MAX_WORKERS];
 } conv_plan;
 
@@ -125,7 +127,7 @@ static lamp_status plan_of(void **slot, size_t out_channels, conv_plan **out) {
 void lamp_cpu_conv2d_plan_free(void *plan) {
   conv_plan *p = plan;
   if (p == NULL) return;
-  lamp_tensor *ts[] = {p->wt, p->wdir, p->wdir_t};
+  lamp_tensor *ts[] = {p->wt, p->wdir, p->wdir_t, p->wpair, p->wpair_t};
   for (size_t i = 0; i < sizeof ts / sizeof ts[0]; i++) lamp_tensor_release(ts[i]);
   for (size_t w = 0; w < LAMP_CPU_MAX_WORKERS; w++) {
     conv_worker *cw = &p->workers[w];
@@ -234,6 +236,26 @@ static lamp_status direct_weights(lamp_tensor **t, const float *w, size_t groups
   return LAMP_OK;
 }
 
+/*
+** Whether the direct kernel multiplies bf16 pairs for an operand stored as `stored` (x in the
+** forward, dy in the input gradient): stored in bf16, the compute dtype, where the CPU's pair
+** kernel is chosen (lamp_cpu_conv_direct_bf16_dot).
+*/
+static int pairs_for(const lamp_conv2d_args *a, lamp_dtype stored) {
+  return stored == LAMP_BF16 && a->compute == LAMP_BF16 && lamp_cpu_conv_direct_bf16_dot();
+}
+
+/* The direct kernel's weights of each group (direct_weights) as bf16 pairs, once per pass. */
+static lamp_status paired_weights(lamp_tensor **t, const lamp_tensor *wdir, size_t groups, size_t rows,
+                                  size_t k_rows, const lamp_conv_geom *g) {
+  size_t width = lamp_cpu_conv_direct_width(rows), per_group = lamp_cpu_conv_direct_pairs(g, rows);
+  lamp_status st = ensure_work(t, groups * per_group); /* uint32 pairs in a float-sized slot each */
+  uint32_t *dst = st == LAMP_OK ? lamp_tensor_data(*t) : NULL;
+  for (size_t gi = 0; st == LAMP_OK && gi < groups; gi++)
+    st = lamp_cpu_conv_direct_pair_weights(dst + gi * per_group, f32(wdir) + gi * k_rows * width, width, rows, g);
+  return st;
+}
+
 static lamp_status check_args(const char *fn, const lamp_conv2d_args *a, conv_dims *d) {
   lamp_status st = dims_of(&a->shape, d);
   if (st == LAMP_OK && a->operand_dtype != LAMP_F32)
@@ -275,7 +297,13 @@ static lamp_status forward_task(void *ctx, size_t worker, size_t s) {
     if (d->direct) {
       size_t ldw = lamp_cpu_conv_direct_width(d->cout_g);
       const float *wg = f32(j->p->wdir) + g * d->k_rows * ldw;
-      if (typed)
+      if (typed && pairs_for(a, a->x_dtype))
+        st = lamp_cpu_conv_direct_bf16(dst, d->plane_out,
+                                       at(a->x, a->x_dtype, s * d->image_in + g * d->cin_g * d->plane_in),
+                                       (const uint32_t *)lamp_tensor_data(j->p->wpair) +
+                                           g * lamp_cpu_conv_direct_pairs(&d->geom, d->cout_g),
+                                       d->cout_g, &d->geom, f32(w->col));
+      else if (typed)
         st = lamp_cpu_conv_direct_typed(dst, d->plane_out, at(a->x, a->x_dtype, s * d->image_in + g * d->cin_g * d->plane_in),
                                         a->x_dtype, wg, ldw, d->cout_g, &d->geom, f32(w->col));
       else
@@ -304,6 +332,8 @@ lamp_status lamp_cpu_conv2d_forward(void **plan, const lamp_conv2d_args *a) {
   if (st != LAMP_OK || d.n == 0) return st;
   conv_job j = {.p = p, .a = a, .d = &d};
   if (d.direct) st = direct_weights(&p->wdir, a->weight, d.groups, d.cout_g, d.k_rows);
+  if (st == LAMP_OK && d.direct && pairs_for(a, a->x_dtype))
+    st = paired_weights(&p->wpair, p->wdir, d.groups, d.cout_g, d.k_rows, &d.geom);
   size_t workers = worker_count(&d);
   size_t col = d.direct ? lamp_cpu_conv_direct_work(&d.geom) : is_pointwise(&d.geom) ? 0 : d.k_rows * d.plane_out;
   for (size_t w = 0; st == LAMP_OK && w < workers; w++) {
@@ -382,10 +412,12 @@ static lamp_status input_gradient(const conv_job *j, conv_worker *w, size_t s, s
     if (d->tdirect) {
       size_t ldw = lamp_cpu_conv_direct_width(d->cin_g);
       const float *wt_d = f32(j->p->wdir_t) + g * d->t_rows * ldw;
-      if (a->dy_dtype == LAMP_BF16 && a->compute == LAMP_BF16 && lamp_cpu_conv_direct_bf16_dot())
-        st = lamp_cpu_conv_direct_typed(dst, d->plane_in,
-                                        at(a->dy, a->dy_dtype, s * d->image_out + g * d->cout_g * d->plane_out),
-                                        a->dy_dtype, wt_d, ldw, d->cin_g, &d->tgeom, col);
+      if (pairs_for(a, a->dy_dtype))
+        st = lamp_cpu_conv_direct_bf16(dst, d->plane_in,
+                                       at(a->dy, a->dy_dtype, s * d->image_out + g * d->cout_g * d->plane_out),
+                                       (const uint32_t *)lamp_tensor_data(j->p->wpair_t) +
+                                           g * lamp_cpu_conv_direct_pairs(&d->tgeom, d->cin_g),
+                                       d->cin_g, &d->tgeom, col);
       else
         st = lamp_cpu_conv_direct(dst, d->plane_in, dy_g, wt_d, ldw, d->cin_g, &d->tgeom, col);
     } else {
@@ -531,6 +563,8 @@ lamp_status lamp_cpu_conv2d_backward(void **plan, const lamp_conv2d_args *a) {
   conv_job j = {.p = p, .a = a, .d = &d, .grads = grads};
   if (a->dx != NULL && d.transposed) st = flip_weights(p, &d, a->weight);
   if (st == LAMP_OK && a->dx != NULL && d.tdirect) st = direct_weights(&p->wdir_t, f32(p->wt), d.groups, d.cin_g, d.t_rows);
+  if (st == LAMP_OK && a->dx != NULL && d.tdirect && pairs_for(a, a->dy_dtype))
+    st = paired_weights(&p->wpair_t, p->wdir_t, d.groups, d.cin_g, d.t_rows, &d.tgeom);
   size_t workers = worker_count(&d);
   if (st == LAMP_OK) st = prepare_workers(p, a, &d, workers, grads);
   if (st == LAMP_OK && d.n > 0) st = lamp_cpu_parallel_for(d.n, backward_task, &j);

@@ -224,18 +224,28 @@ lamp_status lamp_cpu_conv_direct_grad_reduce(float *gw, size_t ldg, const float 
 /*
 ** The forward and lamp_cpu_conv_direct_grad with x in f32, f16 or bf16 (x_dtype), a 16-bit x
 ** widened exactly as lamp_cpu_convert does (the forward widens it into work; an fp32 x it reads
-** in place). Except: the forward of a bf16 x where lamp_cpu_conv_direct_bf16_dot() says so
-** multiplies the bf16 values as stored, in pairs of input channels with the CPU's bf16 dot
-** product (AVX512_BF16, where it is fast: AMD's CPUs, or LAMP_CONV_BF16=pairs), wt then holding
-** bf16 values: the same products, each pair added as that instruction adds it (denormals read
-** and written as zero), so the sums' bits differ from the fp32 order's; the same on every run and
-** thread count.
+** in place).
 */
-int lamp_cpu_conv_direct_bf16_dot(void);
 lamp_status lamp_cpu_conv_direct_typed(float *out, size_t ld_out, const void *x, lamp_dtype x_dtype, const float *wt,
                                        size_t ldw, size_t n_out, const lamp_conv_geom *g, float *work);
 lamp_status lamp_cpu_conv_direct_grad_typed(float *acc, const void *x, lamp_dtype x_dtype, const float *dy,
                                             size_t n_out, const lamp_conv_geom *g, float *work, int accumulate);
+/*
+** The forward of a bf16 x multiplying the bf16 values as stored, in pairs of input channels, with
+** the CPU's bf16 dot product (AVX512_BF16). lamp_cpu_conv_direct_bf16_dot() says whether callers
+** should: where that instruction is fast (AMD's CPUs), or LAMP_CONV_BF16=pairs. The weights, wt
+** of lamp_cpu_conv_direct holding bf16 values, are paired once per pass into wp
+** (lamp_cpu_conv_direct_pairs uint32 elements) by lamp_cpu_conv_direct_pair_weights. The same
+** products, each pair added as that instruction adds it (denormals read and written as zero), so
+** the sums' bits differ from the fp32 order's; the same on every run and thread count. work holds
+** lamp_cpu_conv_direct_work(g) floats.
+*/
+int lamp_cpu_conv_direct_bf16_dot(void);
+size_t lamp_cpu_conv_direct_pairs(const lamp_conv_geom *g, size_t n_out);
+lamp_status lamp_cpu_conv_direct_pair_weights(uint32_t *wp, const float *wt, size_t ldw, size_t n_out,
+                                              const lamp_conv_geom *g);
+lamp_status lamp_cpu_conv_direct_bf16(float *out, size_t ld_out, const uint16_t *x, const uint32_t *wp, size_t n_out,
+                                      const lamp_conv_geom *g, float *work);
 
 /* ---- per-channel kernels (channel.c), used by batchnorm.c and conv2d.c ----------------------- */
 /*
