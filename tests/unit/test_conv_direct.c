@@ -24,6 +24,7 @@
 #include "backend/backend.h"
 #include "backend/cpu/cpu_backend.h"
 #include "base/cpu.h"
+#include "base/error.h"
 #include "base/log.h"
 #include "tensor/dtype.h"
 #include "tensor/half.h"
@@ -181,6 +182,67 @@ static void check_gradient(const shape *s) {
   free(x), free(dy), free(acc), free(work), free(gw);
 }
 
+/*
+** The bf16 pair kernel's weight gradient (lamp_cpu_conv_direct_grad_bf16) bit for bit: per row,
+** pixel pairs (2k, 2k + 1) in order, each vdpbf16ps adding the second pixel's product and then the
+** first's, each a rounded fp32 addition of an exact product (products of the border and of a
+** missing second pixel are 0 and change nothing). Two identical images: the second image's sum
+** is added to the first's.
+*/
+static float reference_grad_pairs(const float *x, const float *dy, const shape *s, size_t o, size_t r) {
+  size_t c = r / 9, i = r / 3 % 3, j = r % 3;
+  volatile float acc = 0.0f;
+  float v;
+  for (size_t y = 0; y < s->h; y++)
+    for (size_t k = 0; 2 * k < s->w; k++) {
+      size_t p = y * s->w + 2 * k;
+      float first = 0.0f, second = 0.0f;
+      if (2 * k + 1 < s->w && tap(x, s, c, p + 1, i, j, &v)) second = dy[o * s->h * s->w + p + 1] * v;
+      if (tap(x, s, c, p, i, j, &v)) first = dy[o * s->h * s->w + p] * v;
+      acc = acc + second;
+      acc = acc + first;
+    }
+  return acc;
+}
+
+static void check_gradient_pairs(const shape *s) {
+  lamp_conv_geom g = geometry(s);
+  size_t plane = s->h * s->w, rows = s->channels * 9, nx = s->channels * plane, ny = s->n_out * plane;
+  float *x = malloc(nx * sizeof *x), *dy = malloc(ny * sizeof *dy);
+  uint16_t *x16 = malloc(nx * sizeof *x16), *dy16 = malloc(ny * sizeof *dy16);
+  float *acc = malloc(lamp_cpu_conv_direct_grad_acc(&g, s->n_out) * sizeof *acc);
+  float *work = aligned_alloc(64, (lamp_cpu_conv_direct_grad_work(&g, s->n_out) * sizeof(float) + 63) / 64 * 64);
+  float *gw = malloc(s->n_out * rows * sizeof *gw);
+  assert_non_null(x), assert_non_null(dy), assert_non_null(x16), assert_non_null(dy16);
+  assert_non_null(acc), assert_non_null(work), assert_non_null(gw);
+  for (size_t k = 0; k < nx; k++) x[k] = next_value();
+  for (size_t k = 0; k < ny; k++) dy[k] = next_value();
+  lamp_f32_to_bf16_n(x16, x, nx), lamp_bf16_to_f32_n(x, x16, nx);
+  lamp_f32_to_bf16_n(dy16, dy, ny), lamp_bf16_to_f32_n(dy, dy16, ny);
+  assert_int_equal(lamp_cpu_conv_direct_grad_bf16(acc, x16, dy16, s->n_out, &g, work, 0), LAMP_OK);
+  assert_int_equal(lamp_cpu_conv_direct_grad_bf16(acc, x16, dy16, s->n_out, &g, work, 1), LAMP_OK);
+  assert_int_equal(lamp_cpu_conv_direct_grad_reduce(gw, rows, acc, s->n_out, rows, 0), LAMP_OK);
+  for (size_t o = 0; o < s->n_out; o++)
+    for (size_t r = 0; r < rows; r++) {
+      float one = reference_grad_pairs(x, dy, s, o, r), want = one + one, got = gw[o * rows + r];
+      if (memcmp(&want, &got, sizeof want) != 0)
+        fail_msg("%zux%zux%zu -> %zu (bf16 pairs): gw[%zu][%zu] = %.9g, reference %.9g", s->channels, s->h, s->w,
+                 s->n_out, o, r, (double)got, (double)want);
+    }
+  free(x), free(dy), free(x16), free(dy16), free(acc), free(work), free(gw);
+}
+
+static void bf16_gradient_pairs_match_reference_bit_for_bit(void **state) {
+  (void)state;
+  lamp_conv_geom probe = geometry(&shapes[0]);
+  if (!lamp_cpu_has(LAMP_ISA_AVX512F) || !lamp_cpu_has(LAMP_ISA_AVX512BF16)) {
+    assert_int_equal(lamp_cpu_conv_direct_grad_bf16(NULL, NULL, NULL, 1, &probe, NULL, 0), LAMP_ERR_UNSUPPORTED);
+    assert_string_equal(lamp_last_error(), "conv_direct_grad_bf16: needs the 3x3 same geometry and AVX512_BF16");
+    skip();
+  }
+  for (size_t k = 0; k < sizeof shapes / sizeof *shapes; k++) check_gradient_pairs(&shapes[k]);
+}
+
 static void gradient_matches_reference(void **state) {
   (void)state;
   lamp_conv_geom probe = geometry(&shapes[0]);
@@ -319,6 +381,7 @@ int main(void) {
       cmocka_unit_test(bf16_kernel_follows_the_setting),
       cmocka_unit_test(forward_matches_reference_bit_for_bit),
       cmocka_unit_test(gradient_matches_reference),
+      cmocka_unit_test(bf16_gradient_pairs_match_reference_bit_for_bit),
       cmocka_unit_test(conv2d_bf16_input_gradient),
       cmocka_unit_test(conv2d_bf16_groups_match_each_group_alone),
   };

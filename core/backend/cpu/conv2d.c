@@ -245,6 +245,11 @@ static int pairs_for(const lamp_conv2d_args *a, lamp_dtype stored) {
   return stored == LAMP_BF16 && a->compute == LAMP_BF16 && lamp_cpu_conv_direct_bf16_dot();
 }
 
+/* The input gradient runs the pair kernel on dy as stored. */
+static int pair_input_gradient(const lamp_conv2d_args *a, const conv_dims *d) {
+  return d->transposed && d->tdirect && pairs_for(a, a->dy_dtype);
+}
+
 /* The direct kernel's weights of each group (direct_weights) as bf16 pairs, once per pass. */
 static lamp_status paired_weights(lamp_tensor **t, const lamp_tensor *wdir, size_t groups, size_t rows,
                                   size_t k_rows, const lamp_conv_geom *g) {
@@ -364,32 +369,35 @@ static lamp_status flip_weights(conv_plan *p, const conv_dims *d, const float *w
 }
 
 /*
-** dy of image s, all channels [out, plane], as a GEMM operand (compute values, fp32): dy itself
-** under fp32, else widened into the worker's buffer. The bias sums come from the stored values,
-** before any rounding to the compute dtype.
+** dy of image s, all channels [out, plane], as a GEMM operand (compute values, fp32) where a
+** kernel `needs` it: dy itself under fp32, else widened into the worker's buffer (*out NULL when
+** not needed: the bf16 pair kernels read dy as stored). The bias sums come from the stored values,
+** before any rounding to the compute dtype (widened or not, the same sums: channel_reduce widens
+** exactly).
 */
-static lamp_status dy_operand(const conv_job *j, conv_worker *w, size_t s, const float **out) {
+static lamp_status dy_operand(const conv_job *j, conv_worker *w, size_t s, int needed, const float **out) {
   const conv_dims *d = j->d;
   const lamp_conv2d_args *a = j->a;
-  size_t first = s * d->image_out;
   int direct = in_place(a->compute, a->dy_dtype);
-  float *buf = direct ? NULL : f32(w->dy);
+  const void *stored = at(a->dy, a->dy_dtype, s * d->image_out), *sums_from = stored;
+  lamp_dtype sums_dtype = a->dy_dtype;
+  float *buf = needed && !direct ? f32(w->dy) : NULL;
   lamp_status st = LAMP_OK;
-  if (direct) *out = (const float *)a->dy + first;
-  else {
-    st = lamp_cpu_convert(buf, LAMP_F32, at(a->dy, a->dy_dtype, first), a->dy_dtype, d->image_out);
-    *out = buf;
+  *out = needed && direct ? stored : buf;
+  if (buf != NULL) {
+    st = lamp_cpu_convert(buf, LAMP_F32, stored, a->dy_dtype, d->image_out);
+    sums_from = buf, sums_dtype = LAMP_F32;
   }
   if (st == LAMP_OK && j->grads && a->grad_bias != NULL) {
     double sums[64];
     for (size_t c0 = 0; st == LAMP_OK && c0 < d->cout; c0 += 64) {
       size_t len = d->cout - c0 < 64 ? d->cout - c0 : 64;
-      st = lamp_cpu_channel_reduce(*out + c0 * d->plane_out, LAMP_F32, NULL, NULL, LAMP_F32, NULL, 1, len,
-                                   d->plane_out, sums, NULL);
+      st = lamp_cpu_channel_reduce(at(sums_from, sums_dtype, c0 * d->plane_out), sums_dtype, NULL, NULL, LAMP_F32,
+                                   NULL, 1, len, d->plane_out, sums, NULL);
       for (size_t k = 0; k < len; k++) w->bias_sums[c0 + k] += sums[k];
     }
   }
-  if (st == LAMP_OK && !direct && a->dy_dtype != a->compute && a->compute != LAMP_F32)
+  if (st == LAMP_OK && buf != NULL && a->dy_dtype != a->compute && a->compute != LAMP_F32)
     st = lamp_cpu_round_through(buf, buf, a->compute, d->image_out);
   return st;
 }
@@ -402,7 +410,7 @@ static lamp_status input_gradient(const conv_job *j, conv_worker *w, size_t s, s
   size_t first = s * d->image_in + g * d->cin_g * d->plane_in, n = d->cin_g * d->plane_in;
   int direct = a->dx_dtype == LAMP_F32;
   float *col = f32(w->col);
-  const float *dy_g = dys + g * d->cout_g * d->plane_out;
+  const float *dy_g = dys != NULL ? dys + g * d->cout_g * d->plane_out : NULL; /* NULL: the pair kernel's */
   void *dx_at = (char *)a->dx + first * lamp_dtype_size(a->dx_dtype);
   lamp_status st;
   if (d->transposed) {
@@ -412,7 +420,7 @@ static lamp_status input_gradient(const conv_job *j, conv_worker *w, size_t s, s
     if (d->tdirect) {
       size_t ldw = lamp_cpu_conv_direct_width(d->cin_g);
       const float *wt_d = f32(j->p->wdir_t) + g * d->t_rows * ldw;
-      if (pairs_for(a, a->dy_dtype))
+      if (pair_input_gradient(a, d))
         st = lamp_cpu_conv_direct_bf16(dst, d->plane_in,
                                        at(a->dy, a->dy_dtype, s * d->image_out + g * d->cout_g * d->plane_out),
                                        (const uint32_t *)lamp_tensor_data(j->p->wpair_t) +
@@ -449,12 +457,18 @@ static lamp_status backward_task(void *ctx, size_t worker, size_t s) {
   const float *xs = NULL, *dys = NULL, *col;
   lamp_status st = LAMP_OK;
   int typed = widen_x_in_kernel(a, d);
+  int pair_grads = j->grads && typed && pairs_for(a, a->x_dtype) && pairs_for(a, a->dy_dtype);
+  int dy_needed = (j->grads && !pair_grads) || (a->dx != NULL && !pair_input_gradient(a, d));
   if (j->grads && !typed) st = image_operand(j, w->xs, a->x, a->x_dtype, d->image_in, s, &xs);
-  if (st == LAMP_OK) st = dy_operand(j, w, s, &dys);
+  if (st == LAMP_OK) st = dy_operand(j, w, s, dy_needed, &dys);
   for (size_t g = 0; st == LAMP_OK && g < d->groups; g++) {
     float *gw = j->grads ? f32(w->grad) + g * d->cout_g * d->k_rows : NULL;
     float *acc = j->grads && d->direct ? f32(w->acc) + g * lamp_cpu_conv_direct_grad_acc(&d->geom, d->cout_g) : NULL;
-    if (j->grads && typed) {
+    if (pair_grads) {
+      st = lamp_cpu_conv_direct_grad_bf16(acc, at(a->x, a->x_dtype, s * d->image_in + g * d->cin_g * d->plane_in),
+                                          at(a->dy, a->dy_dtype, s * d->image_out + g * d->cout_g * d->plane_out),
+                                          d->cout_g, &d->geom, f32(w->col), w->busy);
+    } else if (j->grads && typed) {
       st = lamp_cpu_conv_direct_grad_typed(acc, at(a->x, a->x_dtype, s * d->image_in + g * d->cin_g * d->plane_in),
                                            a->x_dtype, dys + g * d->cout_g * d->plane_out, d->cout_g, &d->geom,
                                            f32(w->col), w->busy);
@@ -563,7 +577,7 @@ lamp_status lamp_cpu_conv2d_backward(void **plan, const lamp_conv2d_args *a) {
   conv_job j = {.p = p, .a = a, .d = &d, .grads = grads};
   if (a->dx != NULL && d.transposed) st = flip_weights(p, &d, a->weight);
   if (st == LAMP_OK && a->dx != NULL && d.tdirect) st = direct_weights(&p->wdir_t, f32(p->wt), d.groups, d.cin_g, d.t_rows);
-  if (st == LAMP_OK && a->dx != NULL && d.tdirect && pairs_for(a, a->dy_dtype))
+  if (st == LAMP_OK && a->dx != NULL && pair_input_gradient(a, &d))
     st = paired_weights(&p->wpair_t, p->wdir_t, d.groups, d.cin_g, d.t_rows, &d.tgeom);
   size_t workers = worker_count(&d);
   if (st == LAMP_OK) st = prepare_workers(p, a, &d, workers, grads);

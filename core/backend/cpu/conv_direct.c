@@ -388,6 +388,119 @@ __attribute__((target("avx512f"))) static void grad_avx512(float *acc, const voi
   _mm256_zeroupper();
 }
 
+/*
+** The weight gradient of bf16 x and dy on the pair kernel: the sum over pixels taken two at a
+** time, the two of a row's pixel pair (2k, 2k + 1; a last pixel of an odd row paired with a zero
+** dy) in one vdpbf16ps. dy is laid out as [row][pair][16-padded outputs] 32-bit pairs, the first
+** pixel low; x as bf16 planes with a zero border, in which a tap's two values for the pair are
+** adjacent, one 32-bit broadcast. The phantom pixel past an odd row reads x's real last column or
+** the border (and, in the last row, one pair past the planes: bordered_slack16, zero) against a
+** zero dy. The accumulators are those of grad_two_channels, in the same layout.
+*/
+enum { bordered_slack16 = 2 };
+
+static size_t row_pairs(const lamp_conv_geom *g) { return (g->width + 1) / 2; }
+
+static size_t bordered16_floats(const lamp_conv_geom *g) {
+  return ((g->channels * (g->height + 2) * (g->width + 2) + bordered_slack16 + 1) / 2 + 15) / 16 * 16;
+}
+
+/* x's bf16 planes with a zero border, [c][h+2][w+2], and the slack after them zero. */
+static void bordered_planes16(uint16_t *xp, const uint16_t *x, const lamp_conv_geom *g) {
+  size_t h = g->height, w = g->width, wp = w + 2, plane_p = (h + 2) * wp;
+  for (size_t c = 0; c < g->channels; c++) {
+    uint16_t *dst = xp + c * plane_p;
+    memset(dst, 0, wp * sizeof *dst);
+    memset(dst + (h + 1) * wp, 0, wp * sizeof *dst);
+    for (size_t y = 0; y < h; y++) {
+      uint16_t *row = dst + (y + 1) * wp;
+      row[0] = row[w + 1] = 0;
+      memcpy(row + 1, x + (c * h + y) * w, w * sizeof *row);
+    }
+  }
+  memset(xp + g->channels * plane_p, 0, bordered_slack16 * sizeof *xp);
+}
+
+/* dy [n_out][plane] bf16 as [h][row_pairs][o16] pairs, outputs past n_out and phantom pixels zero. */
+static void pair_dy(uint32_t *dyt, const uint16_t *dy, size_t n_out, size_t o16, const lamp_conv_geom *g) {
+  size_t w = g->width, plane = g->height * w, pairs = row_pairs(g);
+  for (size_t y = 0; y < g->height; y++)
+    for (size_t k = 0; k < pairs; k++) {
+      uint32_t *dst = dyt + (y * pairs + k) * o16;
+      size_t p = y * w + 2 * k;
+      int second = 2 * k + 1 < w;
+      for (size_t o = 0; o < o16; o++)
+        dst[o] = o < n_out ? dy[o * plane + p] | (second ? (uint32_t)dy[o * plane + p + 1] << 16 : 0u) : 0u;
+    }
+}
+
+static inline uint32_t load_pair(const uint16_t *p) {
+  uint32_t v;
+  memcpy(&v, p, sizeof v);
+  return v;
+}
+
+#define GRAD16_ZERO(k, p, i, j) __m512 a##k = _mm512_setzero_ps();
+#define GRAD16_DOT(k, p, i, j) \
+  a##k = _mm512_dpbf16_ps(a##k, (__m512bh)d, (__m512bh)_mm512_set1_epi32((int)load_pair(p + (i) * wp + (j))));
+
+/* Rows r0 .. r0 + 17 (input channels c, c + 1): grad_two_channels on pixel pairs. */
+__attribute__((target("avx512f,avx512bf16"))) static void grad_two_channels_bf16(
+    float *acc, size_t o16, size_t r0, const uint16_t *xp, const uint32_t *dyt, const lamp_conv_geom *g,
+    int accumulate) {
+  size_t h = g->height, wp = g->width + 2, plane_p = (h + 2) * wp, pairs = row_pairs(g);
+  GRAD_TAPS_0(GRAD16_ZERO, p0)
+  GRAD_TAPS_9(GRAD16_ZERO, p1)
+  for (size_t oy = 0; oy < h; oy++)
+    for (size_t k = 0; k < pairs; k++) {
+      __m512i d = _mm512_loadu_si512((const void *)(dyt + (oy * pairs + k) * o16));
+      const uint16_t *p0 = xp + oy * wp + 2 * k, *p1 = p0 + plane_p;
+      OPAQUE(p0);
+      OPAQUE(p1);
+      GRAD_TAPS_0(GRAD16_DOT, p0)
+      GRAD_TAPS_9(GRAD16_DOT, p1)
+    }
+  GRAD_TAPS_0(GRAD_STORE, p0)
+  GRAD_TAPS_9(GRAD_STORE, p1)
+}
+
+/* The same for a last, odd input channel: rows r0 .. r0 + 8. */
+__attribute__((target("avx512f,avx512bf16"))) static void grad_one_channel_bf16(float *acc, size_t o16, size_t r0,
+                                                                               const uint16_t *xp,
+                                                                               const uint32_t *dyt,
+                                                                               const lamp_conv_geom *g,
+                                                                               int accumulate) {
+  size_t h = g->height, wp = g->width + 2, pairs = row_pairs(g);
+  GRAD_TAPS_0(GRAD16_ZERO, p0)
+  for (size_t oy = 0; oy < h; oy++)
+    for (size_t k = 0; k < pairs; k++) {
+      __m512i d = _mm512_loadu_si512((const void *)(dyt + (oy * pairs + k) * o16));
+      const uint16_t *p0 = xp + oy * wp + 2 * k;
+      OPAQUE(p0);
+      GRAD_TAPS_0(GRAD16_DOT, p0)
+    }
+  GRAD_TAPS_0(GRAD_STORE, p0)
+}
+
+/* work: the bordered bf16 planes, then dy's pairs. */
+__attribute__((target("avx512f,avx512bf16"))) static void grad_avx512_bf16(float *acc, const uint16_t *x,
+                                                                          const uint16_t *dy, size_t n_out,
+                                                                          const lamp_conv_geom *g, float *work,
+                                                                          int accumulate) {
+  size_t o16 = padded_outputs(n_out), plane_p = (g->height + 2) * (g->width + 2);
+  uint16_t *xp = (uint16_t *)(void *)work;
+  uint32_t *dyt = (uint32_t *)(void *)(work + bordered16_floats(g));
+  bordered_planes16(xp, x, g);
+  pair_dy(dyt, dy, n_out, o16, g);
+  for (size_t ob = 0; ob < o16; ob += 16) {
+    size_t c = 0;
+    for (; c + 2 <= g->channels; c += 2)
+      grad_two_channels_bf16(acc + ob, o16, c * 9, xp + c * plane_p, dyt + ob, g, accumulate);
+    if (c < g->channels) grad_one_channel_bf16(acc + ob, o16, c * 9, xp + c * plane_p, dyt + ob, g, accumulate);
+  }
+  _mm256_zeroupper();
+}
+
 /* ---- AVX2 with FMA: 8 lanes, 16 registers ---------------------------------------------------- */
 
 /* The lanes of an 8-bit mask as maskstore's vector (all ones where the bit is set). */
@@ -620,6 +733,11 @@ static void pairs_cpu(float *out, size_t ld_out, const uint16_t *x, const uint32
   direct_avx512_bf16(out, ld_out, x, wp, n_out, g, work);
 }
 
+static void pairs_grad_cpu(float *acc, const uint16_t *x, const uint16_t *dy, size_t n_out,
+                           const lamp_conv_geom *g, float *work, int accumulate) {
+  grad_avx512_bf16(acc, x, dy, n_out, g, work, accumulate);
+}
+
 static void grad_cpu(float *acc, const void *x, lamp_dtype x_dtype, const float *dy, size_t n_out,
                      const lamp_conv_geom *g, float *work, int accumulate) {
   if (have_avx512()) grad_avx512(acc, x, x_dtype, dy, n_out, g, work, accumulate);
@@ -631,6 +749,10 @@ static int have_avx512(void) { return 0; }
 static int have_avx2(void) { return 0; }
 static int have_bf16_dot(void) { return 0; }
 static int can_pair(void) { return 0; }
+static void pairs_grad_cpu(float *acc, const uint16_t *x, const uint16_t *dy, size_t n_out,
+                           const lamp_conv_geom *g, float *work, int accumulate) {
+  (void)acc, (void)x, (void)dy, (void)n_out, (void)g, (void)work, (void)accumulate;
+}
 static void pairs_cpu(float *out, size_t ld_out, const uint16_t *x, const uint32_t *wp, size_t n_out,
                       const lamp_conv_geom *g, float *work) {
   (void)out, (void)ld_out, (void)x, (void)wp, (void)n_out, (void)g, (void)work;
@@ -662,6 +784,7 @@ size_t lamp_cpu_conv_direct_work(const lamp_conv_geom *g) {
   return most > paired ? most : paired;
 }
 
+/* The bf16 pair kernel's planes and dy pairs each fit in the fp32 kernel's. */
 size_t lamp_cpu_conv_direct_grad_work(const lamp_conv_geom *g, size_t n_out) {
   return bordered_floats(g) + g->height * g->width * padded_outputs(n_out);
 }
@@ -720,6 +843,14 @@ lamp_status lamp_cpu_conv_direct_grad_typed(float *acc, const void *x, lamp_dtyp
   lamp_status s = lamp_cpu_check_float("conv_direct_grad", "x", x_dtype);
   if (s != LAMP_OK) return s;
   grad_cpu(acc, x, x_dtype, dy, n_out, g, work, accumulate);
+  return LAMP_OK;
+}
+
+lamp_status lamp_cpu_conv_direct_grad_bf16(float *acc, const uint16_t *x, const uint16_t *dy, size_t n_out,
+                                           const lamp_conv_geom *g, float *work, int accumulate) {
+  if (!direct_geometry(g) || !can_pair())
+    return lamp_error(LAMP_ERR_UNSUPPORTED, "conv_direct_grad_bf16: needs the 3x3 same geometry and AVX512_BF16");
+  pairs_grad_cpu(acc, x, dy, n_out, g, work, accumulate);
   return LAMP_OK;
 }
 

@@ -246,6 +246,13 @@ lamp_status lamp_cpu_conv_direct_pair_weights(uint32_t *wp, const float *wt, siz
                                               const lamp_conv_geom *g);
 lamp_status lamp_cpu_conv_direct_bf16(float *out, size_t ld_out, const uint16_t *x, const uint32_t *wp, size_t n_out,
                                       const lamp_conv_geom *g, float *work);
+/*
+** lamp_cpu_conv_direct_grad of bf16 x and dy as stored, on the same instruction: the pixels of each
+** row summed two at a time (a pair's two products added as vdpbf16ps adds them), in raster order.
+** work holds lamp_cpu_conv_direct_grad_work floats.
+*/
+lamp_status lamp_cpu_conv_direct_grad_bf16(float *acc, const uint16_t *x, const uint16_t *dy, size_t n_out,
+                                           const lamp_conv_geom *g, float *work, int accumulate);
 
 /* ---- per-channel kernels (channel.c), used by batchnorm.c and conv2d.c ----------------------- */
 /*
