@@ -7,7 +7,8 @@
 ** the zero border add +-0, which changes no sum, and the reference skips them. A bf16 input on a
 ** CPU with AVX512_BF16, where the pair kernel is chosen (AMD's CPUs, or LAMP_CONV_BF16=pairs), is
 ** summed in channel pairs (reference_pairs), also bit for bit. The weight gradient is a
-** reassociation and is checked against a double-precision sum. tests/CMakeLists.txt runs this
+** reassociation and is checked against a double-precision sum; its bf16 pair kernel, bit for bit
+** (reference_grad_pairs). tests/CMakeLists.txt runs this
 ** program again with LAMP_CONV_BF16 set to pairs, to widen and to a bad value.
 */
 #include <math.h>

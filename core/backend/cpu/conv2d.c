@@ -16,9 +16,9 @@
 ** where the CPU has AVX-512 or AVX2 with FMA (conv_direct.c): the forward, the transposed input
 ** gradient and the weight gradient then read the planes themselves, sparing im2col's copies and
 ** the GEMM's packing of them, which cost as much as the products. In bf16, where the CPU's
-** AVX512_BF16 dot product is fast (AMD's), the forward and the transposed input gradient read x
-** and dy as stored and multiply bf16 pairs (lamp_cpu_conv_direct_bf16_dot), the weights paired
-** once per pass.
+** AVX512_BF16 dot product is fast (AMD's), the forward, the transposed input gradient and the
+** weight gradient read x and dy as stored and multiply bf16 pairs (lamp_cpu_conv_direct_bf16_dot),
+** the weights paired once per pass; dy is not widened at all.
 **
 ** Operands: W and the bias arrive as fp32 holding the compute dtype's values (this backend has
 ** no 16-bit GEMM); x and dy are made so an image at a time inside the workers (under fp32 they

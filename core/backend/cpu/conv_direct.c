@@ -16,9 +16,10 @@
 ** multiply-adds: a reassociation of the same products, as any BLAS kernel does. Both
 ** instruction sets add the same products in the same order for every output: the same bits.
 ** A bf16 input where the pair kernel is chosen (have_bf16_dot: AMD's CPUs with AVX512_BF16) is the
-** exception: its forward multiplies the bf16 values in pairs with vdpbf16ps (direct_avx512_bf16),
-** the bits of that instruction's sums, on weights the caller pairs once per pass (pairing them per
-** image cost the small ResNet in bf16 a tenth of its step on Zen 4).
+** exception: its forward and weight gradient multiply the bf16 values in pairs with vdpbf16ps
+** (direct_avx512_bf16, grad_avx512_bf16), the bits of that instruction's sums. The forward's
+** weights are paired by the caller once per pass (pairing them per image cost the small ResNet in
+** bf16 a tenth of its step on Zen 4).
 */
 #include <pthread.h>
 #include <stddef.h>
