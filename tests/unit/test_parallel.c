@@ -52,7 +52,7 @@ static void checked_loop(size_t n, int gap) {
   memset(&r, 0, sizeof r);
   r.n_tasks = n;
   r.threads = lamp_cpu_threads() < n ? lamp_cpu_threads() : n;
-  if (gap == 1) pause_us(300); /* longer than the helpers poll: they are asleep */
+  if (gap == 1) pause_us(LAMP_CPU_SPIN_NS / 1000 + 300); /* longer than the helpers poll: they are asleep */
   if (gap == 2) lamp_cpu_pool_sleep();
   assert_int_equal(lamp_cpu_parallel_for(n, count_task, &r), LAMP_OK);
   for (size_t t = 0; t < n; t++)

@@ -25,6 +25,9 @@
 /* The most threads a parallel loop runs on (and so the most per-worker workspaces a plan keeps). */
 #define LAMP_CPU_MAX_WORKERS 16
 
+/* How long the pool's threads poll before they sleep (parallel.c), in nanoseconds. */
+#define LAMP_CPU_SPIN_NS 1000000L
+
 static inline size_t lamp_cpu_min(size_t a, size_t b) { return a < b ? a : b; }
 
 /* ---- the operations of the table (see backend.h for their contracts) ------------------------- */
