@@ -339,6 +339,10 @@ static lamp_status bind_param(lamp_model *m, size_t i) {
 ** stored in the compute dtype, the layers read the masters and round them to the compute dtype
 ** as they widen: one pass per step instead of rounding into the 16-bit slab and widening it
 ** again. The values the GEMM sees are the same; the 16-bit slab is refreshed only when asked.
+** Where the GEMM reads bf16 natively (oneDNN's on a CPU with AVX512_BF16) nothing is widened:
+** the layers read the bf16 slab, which the optimizer writes as it updates the masters
+** (weights_out), instead of rounding the masters into operands at every forward (one pass over
+** the masters less per step: the bf16 MLP 1.07x faster in 34 alternating pairs on a Zen 4).
 ** Not under stochastic rounding: the layers must see the weights as it rounded them, not the
 ** masters rounded to nearest.
 */
@@ -346,7 +350,8 @@ static lamp_tensor *slab_for_layers(const lamp_model *m) {
   const lamp_model_config *c = &m->config;
   if (c->slab_multiple > 1) return m->weights; /* the masters go: the shards keep them */
   if (m->master != NULL && c->weight_dtype == c->compute_dtype && !c->stochastic_rounding &&
-      !lamp_device_has(c->device, LAMP_CAP_NATIVE_16BIT_GEMM))
+      !lamp_device_has(c->device, LAMP_CAP_NATIVE_16BIT_GEMM) &&
+      !(c->compute_dtype == LAMP_BF16 && lamp_device_has(c->device, LAMP_CAP_NATIVE_BF16_GEMM)))
     return m->master;
   return m->weights;
 }

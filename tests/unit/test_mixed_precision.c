@@ -531,6 +531,48 @@ static void test_bf16_policy_rounds_where_stated(void **state) {
   check_policy("bf16", LAMP_BF16);
 }
 
+/*
+** Where the GEMM reads bf16 natively (oneDNN's on a CPU with AVX512_BF16), the layers read the
+** bf16 slab itself, which the optimizer writes in its own pass (weights_out), instead of rounding
+** the fp32 masters into GEMM operands at every forward; elsewhere they read the masters and the
+** model offers no slab to write. Either way the slab holds round(master) after every step.
+*/
+static void test_bf16_layers_read_the_slab_the_optimizer_writes(void **state) {
+  (void)state;
+  static const lamp_option sgd_opts[] = {{"lr", 0.1}, {"momentum", 0.9}};
+  rig_spec spec = {.seed = 7, .precision = "bf16", .optim_opts = sgd_opts, .n_optim_opts = 2, .accum = 1};
+  rig r;
+  rig_open(&r, &spec, seq(3, (lamp_layer *[]){linear(P_IN, P_H), relu(), linear(P_H, P_C)}));
+  int64_t xs[2] = {P_B, P_IN}, ys[1] = {P_B};
+  lamp_tensor *x = new_tensor(LAMP_F32, 2, xs), *y = new_tensor(LAMP_I32, 1, ys);
+  lamp_rng rng;
+  lamp_rng_seed(&rng, 5);
+  fill_uniform(x, &rng, -1.0, 1.0);
+  for (size_t i = 0; i < P_B; i++) ((int32_t *)lamp_tensor_data(y))[i] = (int32_t)lamp_rng_below(&rng, P_C);
+  int native = lamp_device_has(lamp_model_get_config(r.model)->device, LAMP_CAP_NATIVE_BF16_GEMM);
+  lamp_dtype out_dtype;
+  void *out = lamp_model_weights_out(r.model, &out_dtype);
+  if (native) {
+    assert_ptr_equal(out, lamp_tensor_data(lamp_model_weights(r.model)));
+    assert_int_equal(out_dtype, LAMP_BF16);
+  } else {
+    assert_null(out);
+  }
+  size_t n = lamp_model_numel(r.model);
+  for (int step = 0; step < 5; step++) {
+    OK(lamp_trainer_step(r.t, x, y));
+    const uint16_t *w16 = lamp_tensor_data(lamp_model_weights(r.model));
+    const float *master = fp(lamp_model_master(r.model));
+    for (size_t i = 0; i < n; i++)
+      if (w16[i] != lamp_f32_to_bf16(master[i])) fail_msg("step %d: weight %zu is not round(master)", step + 1, i);
+  }
+  print_message("bf16 GEMM %s: the layers read %s\n", native ? "native" : "widened",
+                native ? "the bf16 slab" : "the fp32 masters");
+  lamp_tensor_release(x);
+  lamp_tensor_release(y);
+  rig_close(&r);
+}
+
 /* ---- 5. activation memory ------------------------------------------------------------------- */
 /*
 ** MLP 64-256-10, batch 32, one training step under each policy, trainers built and freed one
@@ -614,6 +656,7 @@ int main(void) {
       cmocka_unit_test(test_fp16_injected_inf_skips_the_step),
       cmocka_unit_test(test_fp16_policy_rounds_where_stated),
       cmocka_unit_test(test_bf16_policy_rounds_where_stated),
+      cmocka_unit_test(test_bf16_layers_read_the_slab_the_optimizer_writes),
       cmocka_unit_test(test_16bit_activations_take_half_the_memory),
       cmocka_unit_test(test_fp32_nan_loss_stops_with_the_step),
   };
