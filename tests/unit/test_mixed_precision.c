@@ -438,17 +438,24 @@ static void reference_logits(lamp_dtype dtype, const float *x, const double *W1,
   }
 }
 
+/* A batch for the P_IN-P_H-P_C MLP: normal inputs, uniform labels. */
+static void policy_batch(uint64_t seed, lamp_tensor **x, lamp_tensor **y) {
+  int64_t xs[2] = {P_B, P_IN}, ys[1] = {P_B};
+  *x = new_tensor(LAMP_F32, 2, xs);
+  *y = new_tensor(LAMP_I32, 1, ys);
+  lamp_rng rng;
+  lamp_rng_seed(&rng, seed);
+  for (size_t i = 0; i < P_B * P_IN; i++) fp(*x)[i] = (float)lamp_rng_normal(&rng);
+  for (size_t i = 0; i < P_B; i++) ((int32_t *)lamp_tensor_data(*y))[i] = (int32_t)lamp_rng_below(&rng, P_C);
+}
+
 static void check_policy(const char *precision, lamp_dtype dtype) {
   static const lamp_option sgd_opts[] = {{"lr", 0.1}};
   rig_spec spec = {.seed = 7, .precision = precision, .optim_opts = sgd_opts, .n_optim_opts = 1, .accum = 1};
   rig r;
   rig_open(&r, &spec, seq(3, (lamp_layer *[]){linear(P_IN, P_H), relu(), linear(P_H, P_C)}));
-  int64_t xs[2] = {P_B, P_IN}, ys[1] = {P_B};
-  lamp_tensor *x = new_tensor(LAMP_F32, 2, xs), *y = new_tensor(LAMP_I32, 1, ys);
-  lamp_rng rng;
-  lamp_rng_seed(&rng, 99);
-  for (size_t i = 0; i < P_B * P_IN; i++) fp(x)[i] = (float)lamp_rng_normal(&rng);
-  for (size_t i = 0; i < P_B; i++) ((int32_t *)lamp_tensor_data(y))[i] = (int32_t)lamp_rng_below(&rng, P_C);
+  lamp_tensor *x, *y;
+  policy_batch(99, &x, &y);
 
   /* Weights: 16-bit slab == round16(masters), element by element. */
   lamp_tensor *wt = lamp_model_weights(r.model);
@@ -543,12 +550,8 @@ static void test_bf16_layers_read_the_slab_the_optimizer_writes(void **state) {
   rig_spec spec = {.seed = 7, .precision = "bf16", .optim_opts = sgd_opts, .n_optim_opts = 2, .accum = 1};
   rig r;
   rig_open(&r, &spec, seq(3, (lamp_layer *[]){linear(P_IN, P_H), relu(), linear(P_H, P_C)}));
-  int64_t xs[2] = {P_B, P_IN}, ys[1] = {P_B};
-  lamp_tensor *x = new_tensor(LAMP_F32, 2, xs), *y = new_tensor(LAMP_I32, 1, ys);
-  lamp_rng rng;
-  lamp_rng_seed(&rng, 5);
-  fill_uniform(x, &rng, -1.0, 1.0);
-  for (size_t i = 0; i < P_B; i++) ((int32_t *)lamp_tensor_data(y))[i] = (int32_t)lamp_rng_below(&rng, P_C);
+  lamp_tensor *x, *y;
+  policy_batch(5, &x, &y);
   int native = lamp_device_has(lamp_model_get_config(r.model)->device, LAMP_CAP_NATIVE_BF16_GEMM);
   lamp_dtype out_dtype;
   void *out = lamp_model_weights_out(r.model, &out_dtype);

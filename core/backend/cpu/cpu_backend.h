@@ -25,7 +25,16 @@
 /* The most threads a parallel loop runs on (and so the most per-worker workspaces a plan keeps). */
 #define LAMP_CPU_MAX_WORKERS 16
 
-/* How long the pool's threads poll before they sleep (parallel.c), in nanoseconds. */
+/*
+** How long the pool's threads poll for the next loop, or for the end of their own, before they
+** sleep (parallel.c), in nanoseconds: long enough to cover the serial code between the loops of a
+** step, short enough that an idle trainer (or another process on a busy machine: the poll yields
+** the core every few microseconds) loses next to nothing. The MLP's step has a dozen loops with
+** gaps of 40 to 320 us between them (the batch, the loss, bias and row sums), and on a virtual
+** machine a sleeping helper is slow to wake (the host must deliver the wake-up to an idle vCPU):
+** with a 100 us poll the helper started a GEMM's loop 76 us late on average, and the fp32 MLP ran
+** 1.175x faster with this one (10 alternating pairs on a 2-core Zen 4).
+*/
 #define LAMP_CPU_SPIN_NS 1000000L
 
 static inline size_t lamp_cpu_min(size_t a, size_t b) { return a < b ? a : b; }

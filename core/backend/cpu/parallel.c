@@ -32,18 +32,6 @@
 #include "backend/cpu/cpu_backend.h"
 #include "base/error.h"
 
-
-/*
-** How long a thread polls for the next loop, or for the end of its own, before it sleeps
-** (LAMP_CPU_SPIN_NS, cpu_backend.h): long enough to cover the serial code between the loops of a
-** step, short enough that an idle trainer (or another process on a busy machine: the poll yields
-** the core every few microseconds) loses next to nothing. The MLP's step has a dozen loops with
-** gaps of 40 to 320 us between them (the batch, the loss, bias and row sums), and on a virtual
-** machine a sleeping helper takes long to wake (the host must deliver the wake-up to an idle
-** vCPU): with a 100 us poll its helper started a GEMM's loop 76 us late on average, and the fp32
-** MLP ran 1.175x faster with this one (10 alternating pairs on a 2-core Zen 4).
-*/
-
 /* One worker's share of the current loop: its status and, on failure, its message. */
 typedef struct slot {
   lamp_status status;
