@@ -55,7 +55,7 @@ extern "C" lamp_status lamp_optim_cuda_new(const lamp_host *h, lamp_ctx *ctx,
                                            lamp_optim_cuda **out) {
   lamp_optim_cuda *cu = (lamp_optim_cuda *)calloc(1, sizeof *cu);
   if (cu == NULL) return h->set_error(ctx, LAMP_ERR_SYSTEM, "out of memory");
-  cu->ordinal = LAMP_HOST_HAS(h, device_ordinal) ? h->device_ordinal(LAMP_CUDA) : -1;
+  cu->ordinal = -1; /* asked in bind: asking now would load the CUDA backend for a CPU run */
   /* Only a run on the GPU binds now: creating the CPU step touches no CUDA. */
   if (LAMP_HOST_HAS(h, run_device) && h->run_device() == LAMP_CUDA) {
     lamp_status st = bind(cu, h, ctx);

@@ -3,7 +3,8 @@
 -- asserts that the loss falls. Used by test_optim_cuda_plugins.sh: plugins built with their CUDA
 -- step must still load and train on a machine without CUDA. arg[1], where given, is a plugin
 -- built against ABI 1.1 (tests/bad_plugins/optim11.c), trained the same way: the core must not
--- hand it weights_out, and must refresh the 16-bit weights itself.
+-- hand it weights_out, and must refresh the 16-bit weights itself. Last it prints which CUDA
+-- files the process has mapped: a CPU run must not load the cuda backend (nor the cuBLAS it links).
 local lamp = require "lamp"
 local nn = lamp.nn
 local train = lamp.data.idx("fashion-mnist", "train"):subset(1, 1000)
@@ -28,4 +29,19 @@ for _, case in ipairs(cases) do
     print(string.format("%s %s: loss %.4f -> %.4f", name, precision, first, last))
     assert(last < first, name .. " under " .. precision .. " must lower the loss")
   end
+end
+
+local maps = io.open("/proc/self/maps")
+if maps then
+  local seen = {}
+  for line in maps:lines() do
+    local file = line:match("/([^/]*cuda[^/]*%.so)$") or line:match("/(libcublas[^/]*)$")
+    if file and not seen[file] then
+      seen[file] = true
+      seen[#seen + 1] = file
+    end
+  end
+  maps:close()
+  table.sort(seen)
+  print("cuda files mapped: " .. (#seen > 0 and table.concat(seen, " ") or "none"))
 end

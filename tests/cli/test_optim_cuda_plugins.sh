@@ -49,6 +49,13 @@ for name in sgd adam adamw optim11; do
     check "$name trains under $precision" $?
   done
 done
+# Creating the CPU steps must not ask for the CUDA device: that loads the cuda backend module and
+# the cuBLAS it links (once 150 MB of a CPU run's peak memory). Linux only (/proc/self/maps).
+if [[ -r /proc/self/maps ]]; then
+  mapped=$(grep '^cuda files mapped: ' <<<"$out")
+  [[ $mapped == "cuda files mapped: none" ]]
+  check "a CPU run maps no cuda backend or cuBLAS (got: $mapped)" $?
+fi
 [[ $failed -eq 0 ]] || echo "$out"
 
 echo "optim cuda plugins: $passed passed, $failed failed"
