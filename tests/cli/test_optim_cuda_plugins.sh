@@ -50,7 +50,7 @@ for name in sgd adam adamw optim11; do
   done
 done
 # Creating the CPU steps must not ask for the CUDA device: that loads the cuda backend module and
-# the cuBLAS it links (once 150 MB of a CPU run's peak memory). Linux only (/proc/self/maps).
+# the cuBLAS it links (about 150 MB of peak memory a CPU run does not need). Linux only (/proc/self/maps).
 if [[ -r /proc/self/maps ]]; then
   mapped=$(grep '^cuda files mapped: ' <<<"$out")
   [[ $mapped == "cuda files mapped: none" ]]
