@@ -8,12 +8,13 @@ set -euo pipefail
 # (scripts/fuzz.sh); GCC's ASan/UBSan runtimes (scripts/sanitize.sh) come with build-essential.
 # procps (ps, pkill) and util-linux (setsid) let scripts/lamp-run end a job it started.
 # libjansson-dev writes and reads the metrics files; gnuplot-nox draws them (lamp plot); jq reads
-# them in the tests (tests/cli/test_metrics.sh). libdnnl2 (oneDNN) is opened at run time for its
-# bf16 GEMM, twice OpenBLAS's fp32 rate on CPUs with AVX512_BF16; libblis4 is only compared against
-# the others by scripts/bench/gemm.sh.
+# them in the tests (tests/cli/test_metrics.sh). libdnnl-dev brings oneDNN (libdnnl2, opened at run
+# time for its bf16 GEMM, twice OpenBLAS's fp32 rate on CPUs with AVX512_BF16) and the headers of
+# its C API, which the build needs for oneDNN's AMX convolutions (core/backend/cpu/conv_dnnl.c);
+# libblis4 is only compared against the others by scripts/bench/gemm.sh.
 packages=(build-essential cmake pkg-config liblua5.4-dev libcmocka-dev libopenblas-dev zlib1g-dev
           dataset-fashion-mnist libopenmpi-dev openmpi-bin clang libclang-rt-14-dev procps util-linux
-          libjansson-dev gnuplot-nox jq libdnnl2)
+          libjansson-dev gnuplot-nox jq libdnnl-dev)
 if [[ "${1:-}" == "--bench" ]]; then packages+=(python3-venv libblis4); fi
 
 missing=()

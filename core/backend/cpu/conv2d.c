@@ -47,6 +47,7 @@ typedef struct conv_plan {
   lamp_tensor *wt;            /* the flipped, transposed weights of the input-gradient convolution */
   lamp_tensor *wdir, *wdir_t; /* W and wt per group as [K][16-padded outputs], for the direct kernel */
   lamp_tensor *wpair, *wpair_t; /* the same as the bf16 pair kernel's weight pairs */
+  lamp_conv_dnnl *dnnl;         /* oneDNN's primitives, where they run this layer in bf16 */
   conv_worker workers[LAMP_CPU_MAX_WORKERS];
 } conv_plan;
 
@@ -134,8 +135,14 @@ void lamp_cpu_conv2d_plan_free(void *plan) {
     lamp_tensor *wts[] = {cw->col, cw->out, cw->dy, cw->dx, cw->grad, cw->acc, cw->xs};
     for (size_t i = 0; i < sizeof wts / sizeof wts[0]; i++) lamp_tensor_release(wts[i]);
   }
+  lamp_cpu_conv_dnnl_free(p->dnnl);
   free(p->workers[0].bias_sums);
   free(p);
+}
+
+const char *lamp_cpu_conv2d_plan_engine(const void *plan) {
+  const conv_plan *p = plan;
+  return p != NULL ? lamp_cpu_conv_dnnl_impl(p->dnnl) : NULL;
 }
 
 /* *t holds at least n fp32 workspace elements. */
@@ -335,6 +342,7 @@ lamp_status lamp_cpu_conv2d_forward(void **plan, const lamp_conv2d_args *a) {
   if (st == LAMP_OK) st = lamp_cpu_check_float("conv2d_forward", "y", a->y_dtype);
   if (st == LAMP_OK) st = plan_of(plan, d.cout, &p);
   if (st != LAMP_OK || d.n == 0) return st;
+  if (lamp_cpu_conv_dnnl_takes(&p->dnnl, a, 0)) return lamp_cpu_conv_dnnl_forward(p->dnnl, a);
   conv_job j = {.p = p, .a = a, .d = &d};
   if (d.direct) st = direct_weights(&p->wdir, a->weight, d.groups, d.cout_g, d.k_rows);
   if (st == LAMP_OK && d.direct && pairs_for(a, a->x_dtype))
@@ -574,6 +582,7 @@ lamp_status lamp_cpu_conv2d_backward(void **plan, const lamp_conv2d_args *a) {
   if (st == LAMP_OK && grads) st = lamp_cpu_check_float("conv2d_backward", "grad", a->grad_dtype);
   if (st == LAMP_OK) st = plan_of(plan, d.cout, &p);
   if (st != LAMP_OK) return st;
+  if (lamp_cpu_conv_dnnl_takes(&p->dnnl, a, 1)) return lamp_cpu_conv_dnnl_backward(p->dnnl, a);
   conv_job j = {.p = p, .a = a, .d = &d, .grads = grads};
   if (a->dx != NULL && d.transposed) st = flip_weights(p, &d, a->weight);
   if (st == LAMP_OK && a->dx != NULL && d.tdirect) st = direct_weights(&p->wdir_t, f32(p->wt), d.groups, d.cin_g, d.t_rows);

@@ -707,14 +707,14 @@ static void choose_pairs(void) {
   int can = can_pair();
   const char *forced = getenv("LAMP_CONV_BF16");
   pairs_chosen = can && lamp_cpu_vendor() == LAMP_VENDOR_AMD;
-  if (forced == NULL || forced[0] == '\0' || strcmp(forced, "auto") == 0) return;
+  if (forced == NULL || forced[0] == '\0' || strcmp(forced, "auto") == 0 || strcmp(forced, "dnnl") == 0) return;
   if (strcmp(forced, "widen") == 0) {
     pairs_chosen = 0;
   } else if (strcmp(forced, "pairs") == 0) {
     pairs_chosen = can;
     if (!can) lamp_log(LAMP_LOG_WARN, NULL, "LAMP_CONV_BF16=pairs: this CPU has no AVX512_BF16; widening bf16");
   } else {
-    lamp_log(LAMP_LOG_WARN, NULL, "LAMP_CONV_BF16: expected auto, pairs or widen, found '%s'; using auto", forced);
+    lamp_log(LAMP_LOG_WARN, NULL, "LAMP_CONV_BF16: expected auto, dnnl, pairs or widen, found '%s'; using auto", forced);
   }
 }
 

@@ -80,6 +80,8 @@ lamp_status lamp_cpu_avgpool_backward(void *dx, lamp_dtype dx_dtype, const void 
 lamp_status lamp_cpu_conv2d_forward(void **plan, const lamp_conv2d_args *a);
 lamp_status lamp_cpu_conv2d_backward(void **plan, const lamp_conv2d_args *a);
 void lamp_cpu_conv2d_plan_free(void *plan);
+/* The oneDNN implementation that runs this layer's bf16 products (conv_dnnl.c), NULL when lamp's own. */
+const char *lamp_cpu_conv2d_plan_engine(const void *plan);
 lamp_status lamp_cpu_batchnorm_forward(const lamp_batchnorm_args *a);
 lamp_status lamp_cpu_batchnorm_backward(const lamp_batchnorm_args *a);
 /* LAMP_CAP_NATIVE_BF16_GEMM where the chosen GEMM providers have a bf16 GEMM, else 0. */
@@ -184,6 +186,21 @@ void lamp_cpu_workspace_release(void);
    equal); the same values bit for bit as lamp_cpu_convert. Not inside a parallel loop. */
 lamp_status lamp_cpu_convert_parallel(void *dst, lamp_dtype dst_dtype, const void *src, lamp_dtype src_dtype,
                                       size_t n);
+
+/* ---- oneDNN's bf16 convolution (conv_dnnl.c), used by conv2d.c ------------------------------- */
+
+/*
+** A layer's oneDNN state: NULL at first. lamp_cpu_conv_dnnl_takes says whether oneDNN runs this
+** call (the forward, or the backward when `backward`): bf16 x, y, dy and dx, no bias, one group,
+** LAMP_CONV_BF16 unset, auto or dnnl, libdnnl.so.2 present and an AMX implementation for the
+** layer's three products (decided on its first call). It makes *layer and what the call needs.
+*/
+typedef struct lamp_conv_dnnl lamp_conv_dnnl;
+int lamp_cpu_conv_dnnl_takes(lamp_conv_dnnl **layer, const lamp_conv2d_args *a, int backward);
+lamp_status lamp_cpu_conv_dnnl_forward(lamp_conv_dnnl *layer, const lamp_conv2d_args *a);
+lamp_status lamp_cpu_conv_dnnl_backward(lamp_conv_dnnl *layer, const lamp_conv2d_args *a);
+const char *lamp_cpu_conv_dnnl_impl(const lamp_conv_dnnl *layer); /* NULL where oneDNN does not run it */
+void lamp_cpu_conv_dnnl_free(lamp_conv_dnnl *layer);
 
 /* ---- convolution kernels (im2col.c, conv_direct.c), used by conv2d.c ------------------------- */
 
