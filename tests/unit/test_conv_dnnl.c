@@ -26,6 +26,7 @@
 #include "base/log.h"
 #include "tensor/dtype.h"
 #include "tensor/half.h"
+#include "tensor/ledger.h"
 
 /* Whether oneDNN should take the layers here: AMX in /proc/cpuinfo, the library and its headers. */
 static int expect_dnnl(void) {
@@ -254,12 +255,35 @@ static void dnnl_batch_sizes_and_accumulation(void **state) {
   layer_free(l);
 }
 
+static size_t workspace_bytes(void) { return lamp_ledger_get(LAMP_CPU, LAMP_MEM_WORKSPACE).current; }
+
+/* A second layer adds only its own weights and gradient buffers: the activations' NHWC buffers
+   are shared between layers, and released with the last of them. */
+static void layers_share_their_activation_buffers(void **state) {
+  (void)state;
+  if (!expect_dnnl()) skip();
+  layer *l = layer_new((geometry){4, 16, 16, 28, 28, 3, 1, 1});
+  void *first = NULL, *second = NULL;
+  size_t before = workspace_bytes();
+  run(l, &first);
+  size_t one = workspace_bytes();
+  run(l, &second);
+  size_t two = workspace_bytes();
+  if (two - one >= (one - before) / 2)
+    fail_msg("workspace: %zu bytes before, %zu with one layer, %zu with two", before, one, two);
+  lamp_conv2d_plan_free(LAMP_CPU, first);
+  lamp_conv2d_plan_free(LAMP_CPU, second);
+  assert_int_equal(workspace_bytes(), before);
+  layer_free(l);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(forcing_dnnl_warns_where_it_cannot_run),
       cmocka_unit_test(dnnl_matches_reference),
       cmocka_unit_test(dnnl_is_deterministic),
       cmocka_unit_test(dnnl_batch_sizes_and_accumulation),
+      cmocka_unit_test(layers_share_their_activation_buffers),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

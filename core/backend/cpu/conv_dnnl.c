@@ -6,9 +6,10 @@
 ** oneDNN has no AMX and lamp's kernels are as fast, so a layer is taken only when oneDNN reports
 ** an AMX implementation for its forward, its input gradient and its weight gradient alike.
 **
-** A batch is cut into one slice of images per thread. Each slice has its own primitives, stream
-** and buffers (built for its image count and rebuilt when that changes: oneDNN's primitive cache
-** makes a rebuild cheap) and runs on its thread alone (oneDNN's OpenMP held to 1 thread, as in
+** A batch is cut into one slice of images per thread. Each slice has its own primitives and
+** stream (built for its image count and rebuilt when that changes: oneDNN's primitive cache makes
+** a rebuild cheap), its activation buffers shared with the same slice of the other layers, and
+** runs on its thread alone (oneDNN's OpenMP held to 1 thread, as in
 ** gemm_provider.c). lamp's tensors are NCHW; oneDNN's AMX convolution wants NHWC, so each slice
 ** reorders x and dy in and y and dx out. Every primitive takes the slice's scratchpad (user mode),
 ** so slices never share oneDNN's own.
@@ -137,15 +138,26 @@ enum { FWD, BWD_DATA, BWD_WEIGHTS, X_IN, Y_OUT, DY_IN, DX_OUT, W_FWD, W_BWD, DW_
 /* The memory layouts a slice's primitives read and write. */
 enum { MD_X_NCHW, MD_X_NHWC, MD_Y_NCHW, MD_Y_NHWC, MD_W_OIHW, MD_W_FWD, MD_W_BWD, MD_DW, MD_SCRATCH, MDS };
 
-/* The slice's buffers: x, y, dy and dx in NHWC, the weights in the two layouts, dW in oneDNN's
-   and in lamp's. */
-enum { BUF_X, BUF_Y, BUF_DY, BUF_DX, BUF_W_FWD, BUF_W_BWD, BUF_DW, BUF_DW_OIHW, BUF_SCRATCH, BUFS };
+/*
+** A slice's buffers. x, y, dy and dx in NHWC and the scratchpad are shared by the slices of the
+** same index in every layer (layers run one at a time), so they cost the largest layer's bytes
+** once rather than every layer's; the weights in the two layouts and dW, in oneDNN's layout and
+** in lamp's, are the layer's own.
+*/
+enum { BUF_X, BUF_Y, BUF_DY, BUF_DX, BUF_SCRATCH, SHARED_BUFS, BUF_W_FWD = SHARED_BUFS, BUF_W_BWD, BUF_DW, BUF_DW_OIHW, BUFS };
+
+static struct {
+  lamp_tensor *buf[SHARED_BUFS];
+} shared[LAMP_CPU_MAX_WORKERS];
+static size_t live_layers; /* the shared buffers are released with the last layer */
 
 typedef struct slice {
+  size_t index;   /* in its layer, and of its shared buffers */
   int64_t images; /* what the primitives were made for; 0: not made */
   dnnl_primitive_t prim[PRIMITIVES];
   dnnl_memory_desc_t md[MDS];
-  lamp_tensor *buf[BUFS];
+  size_t bytes[BUFS]; /* what the primitives need of each buffer */
+  lamp_tensor *buf[BUFS]; /* the layer's own, from SHARED_BUFS on */
   dnnl_stream_t stream;
 } slice;
 
@@ -282,15 +294,16 @@ static lamp_status slice_make(lamp_conv_dnnl *layer, slice *s, const lamp_conv2d
     return st == dnnl_success ? LAMP_OK : failed("set-up", st);
   }
   const dnnl_memory_desc_t *md = s->md;
-  size_t bytes[BUFS] = {
-      [BUF_X] = dn.dnnl_memory_desc_get_size(&md[MD_X_NHWC]),    [BUF_Y] = dn.dnnl_memory_desc_get_size(&md[MD_Y_NHWC]),
-      [BUF_DY] = dn.dnnl_memory_desc_get_size(&md[MD_Y_NHWC]),   [BUF_DX] = dn.dnnl_memory_desc_get_size(&md[MD_X_NHWC]),
-      [BUF_W_FWD] = dn.dnnl_memory_desc_get_size(&md[MD_W_FWD]), [BUF_W_BWD] = dn.dnnl_memory_desc_get_size(&md[MD_W_BWD]),
-      [BUF_DW] = dn.dnnl_memory_desc_get_size(&md[MD_DW]),       [BUF_DW_OIHW] = dn.dnnl_memory_desc_get_size(&md[MD_W_OIHW]),
-      [BUF_SCRATCH] = scratch,
-  };
+  size_t *bytes = s->bytes;
+  bytes[BUF_X] = bytes[BUF_DX] = dn.dnnl_memory_desc_get_size(&md[MD_X_NHWC]);
+  bytes[BUF_Y] = bytes[BUF_DY] = dn.dnnl_memory_desc_get_size(&md[MD_Y_NHWC]);
+  bytes[BUF_SCRATCH] = scratch;
+  bytes[BUF_W_FWD] = dn.dnnl_memory_desc_get_size(&md[MD_W_FWD]);
+  bytes[BUF_W_BWD] = dn.dnnl_memory_desc_get_size(&md[MD_W_BWD]);
+  bytes[BUF_DW] = dn.dnnl_memory_desc_get_size(&md[MD_DW]);
+  bytes[BUF_DW_OIHW] = dn.dnnl_memory_desc_get_size(&md[MD_W_OIHW]);
   lamp_status ls = LAMP_OK;
-  for (int i = 0; ls == LAMP_OK && i < BUFS; i++) ls = ensure_bytes(&s->buf[i], bytes[i]);
+  for (int i = SHARED_BUFS; ls == LAMP_OK && i < BUFS; i++) ls = ensure_bytes(&s->buf[i], bytes[i]);
   if (ls != LAMP_OK) {
     slice_clear(s);
     return ls;
@@ -300,6 +313,10 @@ static lamp_status slice_make(lamp_conv_dnnl *layer, slice *s, const lamp_conv2d
 }
 
 /* ---- running them ---------------------------------------------------------------------------- */
+
+static void *buf(const slice *s, int i) {
+  return lamp_tensor_data(i < SHARED_BUFS ? shared[s->index].buf[i] : s->buf[i]);
+}
 
 /* One argument of an execution: its name, its layout and where its data is. */
 typedef struct arg {
@@ -316,7 +333,7 @@ static lamp_status run(slice *s, int which, const arg *args, int n, const char *
   dnnl_status_t st = dnnl_success;
   int made = 0;
   memcpy(all, args, (size_t)n * sizeof *args);
-  all[n] = (arg){DNNL_ARG_SCRATCHPAD, &s->md[MD_SCRATCH], lamp_tensor_data(s->buf[BUF_SCRATCH])};
+  all[n] = (arg){DNNL_ARG_SCRATCHPAD, &s->md[MD_SCRATCH], buf(s, BUF_SCRATCH)};
   for (int i = 0; st == dnnl_success && i <= n; i++) {
     st = dn.dnnl_memory_create(&mem[i], all[i].md, dn.engine, (void *)(uintptr_t)all[i].data);
     exec[i] = (dnnl_exec_arg_t){all[i].name, mem[i]};
@@ -332,7 +349,6 @@ static lamp_status reorder(slice *s, int which, int from, const void *src, int t
   return run(s, which, args, 2, what);
 }
 
-static void *buf(const slice *s, int i) { return lamp_tensor_data(s->buf[i]); }
 
 /* Where image `s` of a bf16 tensor of `image` elements per image starts. */
 static const void *image_at(const void *t, size_t image, size_t s) { return (const char *)t + image * s * 2; }
@@ -456,16 +472,24 @@ static void warn_unavailable(void) {
 }
 
 /*
-** The slices of this call made (in this thread, before the parallel loop); 0 when oneDNN has no
-** AMX implementation for one of them, which for the first call decides the layer.
+** The slices of this call made and the shared buffers it uses sized (in this thread, before the
+** parallel loop); 0 when oneDNN has no AMX implementation for one of them, which for the first
+** call decides the layer.
 */
-static int slices_made(lamp_conv_dnnl *layer, const lamp_conv2d_args *a) {
+static int slices_made(lamp_conv_dnnl *layer, const lamp_conv2d_args *a, int backward) {
   job j = job_of(layer, a, 0);
   lamp_status st = LAMP_OK;
   int amx = 1;
+  /* the shared buffers this pass uses */
+  int uses[SHARED_BUFS] = {[BUF_X] = !backward || a->grad_weight != NULL, [BUF_Y] = !backward, [BUF_DY] = backward,
+                           [BUF_DX] = backward && a->dx != NULL, [BUF_SCRATCH] = 1};
   on_this_thread();
-  for (size_t t = 0; st == LAMP_OK && amx && t < j.slices; t++)
-    st = slice_make(layer, &layer->slices[t], &a->shape, (int64_t)(first_image(&j, t + 1) - first_image(&j, t)), &amx);
+  for (size_t t = 0; st == LAMP_OK && amx && t < j.slices; t++) {
+    slice *s = &layer->slices[t];
+    st = slice_make(layer, s, &a->shape, (int64_t)(first_image(&j, t + 1) - first_image(&j, t)), &amx);
+    for (int i = 0; st == LAMP_OK && amx && i < SHARED_BUFS; i++)
+      if (uses[i]) st = ensure_bytes(&shared[t].buf[i], s->bytes[i]);
+  }
   if (st != LAMP_OK) lamp_log(LAMP_LOG_DEBUG, NULL, "conv2d: oneDNN declined a layer: %s", lamp_last_error());
   if (layer->verdict == 0 && st == LAMP_OK && !amx && dnnl_forced())
     lamp_log(LAMP_LOG_WARN, NULL, "LAMP_CONV_BF16=dnnl: oneDNN runs a layer as %s, not on AMX; using the direct kernels",
@@ -490,9 +514,11 @@ int lamp_cpu_conv_dnnl_takes(lamp_conv_dnnl **slot, const lamp_conv2d_args *a, i
   }
   if (layer == NULL) {
     if ((layer = calloc(1, sizeof *layer)) == NULL) return 0; /* the direct kernels need no more memory */
+    for (size_t t = 0; t < LAMP_CPU_MAX_WORKERS; t++) layer->slices[t].index = t;
+    live_layers++;
     *slot = layer;
   }
-  return slices_made(layer, a);
+  return slices_made(layer, a, backward);
 }
 
 const char *lamp_cpu_conv_dnnl_impl(const lamp_conv_dnnl *layer) {
@@ -508,6 +534,12 @@ void lamp_cpu_conv_dnnl_free(lamp_conv_dnnl *layer) {
     if (s->stream != NULL) dn.dnnl_stream_destroy(s->stream);
   }
   free(layer);
+  if (--live_layers > 0) return;
+  for (size_t t = 0; t < LAMP_CPU_MAX_WORKERS; t++)
+    for (int i = 0; i < SHARED_BUFS; i++) {
+      lamp_tensor_release(shared[t].buf[i]);
+      shared[t].buf[i] = NULL;
+    }
 }
 
 
