@@ -2,10 +2,11 @@
 ** The bf16 convolutions that run on oneDNN's AMX kernels (conv_dnnl.c) against a double-precision
 ** reference: y and dx within a bf16 rounding plus fp32 sums, the weight gradient within its fp32
 ** sums, the same bits from run to run, a second batch size on the same plan (its slices rebuilt),
-** a gradient added into the slab. On a CPU with AMX and libdnnl.so.2 installed the layers must run
-** on oneDNN; elsewhere they run on lamp's own kernels, held to the same bounds. tests/CMakeLists.txt
-** runs this program again with LAMP_CONV_BF16=widen, where no layer may run on oneDNN, and with
-** LAMP_CONV_BF16=dnnl under LAMP_CPU_ISA=avx2, where it may not either and a warning says why.
+** a gradient added into the slab, the buffers shared by layers and bounded in large batches. On a
+** CPU with AMX and libdnnl.so.2 installed the layers must run on oneDNN; elsewhere they run on
+** lamp's own kernels, held to the same bounds. tests/CMakeLists.txt runs this program again with
+** LAMP_CONV_BF16=widen, where no layer may run on oneDNN, and with LAMP_CONV_BF16=dnnl under
+** LAMP_CPU_ISA=avx2, where it may not either and a warning says why.
 */
 #include <dlfcn.h>
 #include <math.h>
@@ -115,12 +116,32 @@ static layer *layer_new(geometry g) {
   for (size_t k = 0; k < l->ny; k++) l->dy[k] = lamp_f32_to_bf16(next_value());
   for (size_t k = 0; k < l->nw; k++) l->w[k] = next_value();
   references(l);
-  l->a = (lamp_conv2d_args){
-      .shape = {.batch = g.n, .in_channels = g.cin, .out_channels = g.cout, .groups = 1, .height = g.h, .width = g.w,
-                .kernel = g.k, .stride = g.stride, .padding = g.pad, .dilation = 1, .out_h = l->oh, .out_w = l->ow},
-      .compute = LAMP_BF16, .x = l->x, .x_dtype = LAMP_BF16, .weight = l->w, .operand_dtype = LAMP_F32,
-      .y = l->y, .y_dtype = LAMP_BF16, .dy = l->dy, .dy_dtype = LAMP_BF16, .dx = l->dx, .dx_dtype = LAMP_BF16,
-      .grad_weight = l->gw, .grad_dtype = LAMP_F32, .overwrite_grads = 1};
+  l->a = (lamp_conv2d_args){.shape = {.batch = g.n,
+                                      .in_channels = g.cin,
+                                      .out_channels = g.cout,
+                                      .groups = 1,
+                                      .height = g.h,
+                                      .width = g.w,
+                                      .kernel = g.k,
+                                      .stride = g.stride,
+                                      .padding = g.pad,
+                                      .dilation = 1,
+                                      .out_h = l->oh,
+                                      .out_w = l->ow},
+                            .compute = LAMP_BF16,
+                            .x = l->x,
+                            .x_dtype = LAMP_BF16,
+                            .weight = l->w,
+                            .operand_dtype = LAMP_F32,
+                            .y = l->y,
+                            .y_dtype = LAMP_BF16,
+                            .dy = l->dy,
+                            .dy_dtype = LAMP_BF16,
+                            .dx = l->dx,
+                            .dx_dtype = LAMP_BF16,
+                            .grad_weight = l->gw,
+                            .grad_dtype = LAMP_F32,
+                            .overwrite_grads = 1};
   return l;
 }
 
@@ -136,7 +157,8 @@ static void run(layer *l, void **plan) {
   assert_int_equal(lamp_conv2d_backward(LAMP_CPU, plan, &l->a), LAMP_OK);
   const char *engine = lamp_cpu_conv2d_plan_engine(*plan);
   if (expect_dnnl()) {
-    if (engine == NULL || strstr(engine, "amx") == NULL) fail_msg("the layer ran on %s, expected oneDNN's AMX", engine ? engine : "lamp's kernels");
+    if (engine == NULL || strstr(engine, "amx") == NULL)
+      fail_msg("the layer ran on %s, expected oneDNN's AMX", engine ? engine : "lamp's kernels");
   } else if (engine != NULL) {
     fail_msg("the layer ran on oneDNN (%s) with LAMP_CONV_BF16=%s", engine, getenv("LAMP_CONV_BF16"));
   }
@@ -207,8 +229,9 @@ static void forcing_dnnl_warns_where_it_cannot_run(void **state) {
   lamp_log_set_sink(NULL, NULL);
   if (forced && !lamp_cpu_has(LAMP_ISA_AVX512BF16)) {
     assert_int_equal(warnings, 1);
-    assert_string_equal(warning, "warning: LAMP_CONV_BF16=dnnl: this CPU has no AVX512_BF16, so no AMX; using the "
-                                 "direct kernels");
+    assert_string_equal(warning,
+                        "warning: LAMP_CONV_BF16=dnnl: this CPU has no AVX512_BF16, so no AMX; using the "
+                        "direct kernels");
   } else if (!forced || expect_dnnl()) {
     assert_int_equal(warnings, 0);
   }
@@ -277,6 +300,25 @@ static void layers_share_their_activation_buffers(void **state) {
   layer_free(l);
 }
 
+/* A batch of ten slices' worth (an evaluation's size): right, and the threads' buffers hold one
+   slice of 64 images each, not a tenth of the batch per thread. */
+static void large_batches_keep_the_threads_buffers_small(void **state) {
+  (void)state;
+  if (!expect_dnnl()) skip();
+  layer *l = layer_new((geometry){640, 16, 16, 14, 14, 3, 1, 1});
+  void *plan = NULL;
+  size_t before = workspace_bytes(), threads = lamp_cpu_threads();
+  run(l, &plan);
+  check(l, l->g.n, 0.0);
+  size_t image = 16 * 14 * 14 * 2, slices = 16, own = slices * 4 * l->nw * 4;
+  size_t most = threads * (4 * 64 * image + (1u << 20)) + own; /* x, y, dy, dx and a scratchpad per thread */
+  if (workspace_bytes() - before > most)
+    fail_msg("workspace: %zu bytes for %zu images on %zu threads, expected at most %zu", workspace_bytes() - before,
+             l->g.n, threads, most);
+  lamp_conv2d_plan_free(LAMP_CPU, plan);
+  layer_free(l);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(forcing_dnnl_warns_where_it_cannot_run),
@@ -284,6 +326,7 @@ int main(void) {
       cmocka_unit_test(dnnl_is_deterministic),
       cmocka_unit_test(dnnl_batch_sizes_and_accumulation),
       cmocka_unit_test(layers_share_their_activation_buffers),
+      cmocka_unit_test(large_batches_keep_the_threads_buffers_small),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -6,13 +6,13 @@
 ** oneDNN has no AMX and lamp's kernels are as fast, so a layer is taken only when oneDNN reports
 ** an AMX implementation for its forward, its input gradient and its weight gradient alike.
 **
-** A batch is cut into one slice of images per thread. Each slice has its own primitives and
-** stream (built for its image count and rebuilt when that changes: oneDNN's primitive cache makes
-** a rebuild cheap), its activation buffers shared with the same slice of the other layers, and
-** runs on its thread alone (oneDNN's OpenMP held to 1 thread, as in
-** gemm_provider.c). lamp's tensors are NCHW; oneDNN's AMX convolution wants NHWC, so each slice
-** reorders x and dy in and y and dx out. Every primitive takes the slice's scratchpad (user mode),
-** so slices never share oneDNN's own.
+** A batch is cut into one slice of images per thread, or into slices of about SLICE_IMAGES when
+** that makes more. Each slice has its own primitives and stream (built for its image count and
+** rebuilt when that changes: oneDNN's primitive cache makes a rebuild cheap) and runs on one
+** thread, with oneDNN's OpenMP held to 1 thread (as in gemm_provider.c) and that thread's
+** buffers. lamp's tensors are NCHW; oneDNN's AMX convolution wants NHWC, so each slice reorders x
+** and dy in and y and dx out. Every primitive takes the thread's scratchpad (user mode), so
+** threads never share oneDNN's own.
 **
 ** Numerics: the bf16 products are exact and summed in fp32 in the tiles' order (denormal inputs
 ** and results flushed, as AMX defines), y and dx rounded to bf16 by oneDNN (to nearest even);
@@ -58,26 +58,26 @@ static int dnnl_forced(void) {
 /* ---- the library ----------------------------------------------------------------------------- */
 
 /* The functions lamp calls, typed by the header's own declarations. */
-#define DNNL_FUNCTIONS(X)                                                                                              \
-  X(dnnl_engine_create)                                                                                                \
-  X(dnnl_stream_create)                                                                                                \
-  X(dnnl_stream_destroy)                                                                                               \
-  X(dnnl_memory_desc_init_by_tag)                                                                                      \
-  X(dnnl_memory_desc_get_size)                                                                                         \
-  X(dnnl_memory_create)                                                                                                \
-  X(dnnl_memory_destroy)                                                                                               \
-  X(dnnl_convolution_forward_desc_init)                                                                                \
-  X(dnnl_convolution_backward_data_desc_init)                                                                          \
-  X(dnnl_convolution_backward_weights_desc_init)                                                                       \
-  X(dnnl_primitive_attr_create)                                                                                        \
-  X(dnnl_primitive_attr_set_scratchpad_mode)                                                                           \
-  X(dnnl_primitive_desc_create)                                                                                        \
-  X(dnnl_reorder_primitive_desc_create)                                                                                \
-  X(dnnl_primitive_desc_query)                                                                                         \
-  X(dnnl_primitive_desc_query_md)                                                                                      \
-  X(dnnl_primitive_desc_destroy)                                                                                       \
-  X(dnnl_primitive_create)                                                                                             \
-  X(dnnl_primitive_execute)                                                                                            \
+#define DNNL_FUNCTIONS(X) \
+  X(dnnl_engine_create) \
+  X(dnnl_stream_create) \
+  X(dnnl_stream_destroy) \
+  X(dnnl_memory_desc_init_by_tag) \
+  X(dnnl_memory_desc_get_size) \
+  X(dnnl_memory_create) \
+  X(dnnl_memory_destroy) \
+  X(dnnl_convolution_forward_desc_init) \
+  X(dnnl_convolution_backward_data_desc_init) \
+  X(dnnl_convolution_backward_weights_desc_init) \
+  X(dnnl_primitive_attr_create) \
+  X(dnnl_primitive_attr_set_scratchpad_mode) \
+  X(dnnl_primitive_desc_create) \
+  X(dnnl_reorder_primitive_desc_create) \
+  X(dnnl_primitive_desc_query) \
+  X(dnnl_primitive_desc_query_md) \
+  X(dnnl_primitive_desc_destroy) \
+  X(dnnl_primitive_create) \
+  X(dnnl_primitive_execute) \
   X(dnnl_primitive_destroy)
 
 #define DNNL_POINTER(name) __typeof__(name) *name;
@@ -100,7 +100,7 @@ static void load(void) {
     return;
   }
   const char *missing = NULL;
-#define DNNL_RESOLVE(name)                                                                                             \
+#define DNNL_RESOLVE(name) \
   if ((*(void **)&dn.name = dlsym(h, #name)) == NULL && missing == NULL) missing = #name;
   DNNL_FUNCTIONS(DNNL_RESOLVE)
 #undef DNNL_RESOLVE
@@ -139,24 +139,38 @@ enum { FWD, BWD_DATA, BWD_WEIGHTS, X_IN, Y_OUT, DY_IN, DX_OUT, W_FWD, W_BWD, DW_
 enum { MD_X_NCHW, MD_X_NHWC, MD_Y_NCHW, MD_Y_NHWC, MD_W_OIHW, MD_W_FWD, MD_W_BWD, MD_DW, MD_SCRATCH, MDS };
 
 /*
-** A slice's buffers. x, y, dy and dx in NHWC and the scratchpad are shared by the slices of the
-** same index in every layer (layers run one at a time), so they cost the largest layer's bytes
-** once rather than every layer's; the weights in the two layouts and dW, in oneDNN's layout and
+** A slice's buffers. x, y, dy and dx in NHWC and the scratchpad belong to the thread that runs
+** the slice and serve every slice and layer it runs (one at a time), so they cost one slice of
+** the largest layer per thread; the weights in the two layouts and dW, in oneDNN's layout and
 ** in lamp's, are the layer's own.
 */
-enum { BUF_X, BUF_Y, BUF_DY, BUF_DX, BUF_SCRATCH, SHARED_BUFS, BUF_W_FWD = SHARED_BUFS, BUF_W_BWD, BUF_DW, BUF_DW_OIHW, BUFS };
+enum {
+  BUF_X,
+  BUF_Y,
+  BUF_DY,
+  BUF_DX,
+  BUF_SCRATCH,
+  SHARED_BUFS,
+  BUF_W_FWD = SHARED_BUFS,
+  BUF_W_BWD,
+  BUF_DW,
+  BUF_DW_OIHW,
+  BUFS
+};
 
-static struct {
-  lamp_tensor *buf[SHARED_BUFS];
-} shared[LAMP_CPU_MAX_WORKERS];
-static size_t live_layers; /* the shared buffers are released with the last layer */
+static struct { lamp_tensor *buf[SHARED_BUFS]; } shared[LAMP_CPU_MAX_WORKERS];
+static size_t live_layers; /* the threads' buffers are released with the last layer */
+
+/* The images of a slice where a batch allows: larger batches (an evaluation's) are cut into more
+   slices than threads, so the threads' buffers stay at this many images. */
+#define SLICE_IMAGES 64
 
 typedef struct slice {
-  size_t index;   /* in its layer, and of its shared buffers */
+  size_t worker;  /* the thread running it now, whose buffers it uses */
   int64_t images; /* what the primitives were made for; 0: not made */
   dnnl_primitive_t prim[PRIMITIVES];
   dnnl_memory_desc_t md[MDS];
-  size_t bytes[BUFS]; /* what the primitives need of each buffer */
+  size_t bytes[BUFS];     /* what the primitives need of each buffer */
   lamp_tensor *buf[BUFS]; /* the layer's own, from SHARED_BUFS on */
   dnnl_stream_t stream;
 } slice;
@@ -219,8 +233,8 @@ static dnnl_status_t make_convolutions(slice *s, const lamp_conv2d_shape *sh, in
     st = dn.dnnl_convolution_forward_desc_init(&fwd, dnnl_forward_training, dnnl_convolution_direct, &x_md, &w_any,
                                                NULL, &y_md, strides, pad_l, pad_r);
   if (st == dnnl_success)
-    st = dn.dnnl_convolution_backward_data_desc_init(&bwd_data, dnnl_convolution_direct, &x_md, &w_any, &y_md,
-                                                     strides, pad_l, pad_r);
+    st = dn.dnnl_convolution_backward_data_desc_init(&bwd_data, dnnl_convolution_direct, &x_md, &w_any, &y_md, strides,
+                                                     pad_l, pad_r);
   if (st == dnnl_success)
     st = dn.dnnl_convolution_backward_weights_desc_init(&bwd_weights, dnnl_convolution_direct, &x_md, &dw_any, NULL,
                                                         &y_md, strides, pad_l, pad_r);
@@ -229,7 +243,8 @@ static dnnl_status_t make_convolutions(slice *s, const lamp_conv2d_shape *sh, in
   if (st == dnnl_success) st = dn.dnnl_primitive_desc_create(&pd[1], &bwd_data, dn.attr, dn.engine, pd[0]);
   if (st == dnnl_success) st = dn.dnnl_primitive_desc_create(&pd[2], &bwd_weights, dn.attr, dn.engine, pd[0]);
   const char *impl[3] = {NULL, NULL, NULL};
-  for (int i = 0; st == dnnl_success && i < 3; i++) st = dn.dnnl_primitive_desc_query(pd[i], dnnl_query_impl_info_str, 0, &impl[i]);
+  for (int i = 0; st == dnnl_success && i < 3; i++)
+    st = dn.dnnl_primitive_desc_query(pd[i], dnnl_query_impl_info_str, 0, &impl[i]);
   *amx = st == dnnl_success && is_amx(impl[0]) && is_amx(impl[1]) && is_amx(impl[2]);
   if (st == dnnl_success) snprintf(impl_out, impl_size, "%s", impl[0]);
   if (st == dnnl_success && *amx) {
@@ -262,7 +277,8 @@ static dnnl_status_t make_reorders(slice *s, const lamp_conv2d_shape *sh, int64_
   int64_t c = (int64_t)sh->in_channels, k = (int64_t)sh->out_channels, kh = (int64_t)sh->kernel;
   dnnl_memory_desc_t *md = s->md;
   dnnl_status_t st = md_of(&md[MD_X_NCHW], images, c, (int64_t)sh->height, (int64_t)sh->width, dnnl_bf16, dnnl_nchw);
-  if (st == dnnl_success) st = md_of(&md[MD_Y_NCHW], images, k, (int64_t)sh->out_h, (int64_t)sh->out_w, dnnl_bf16, dnnl_nchw);
+  if (st == dnnl_success)
+    st = md_of(&md[MD_Y_NCHW], images, k, (int64_t)sh->out_h, (int64_t)sh->out_w, dnnl_bf16, dnnl_nchw);
   if (st == dnnl_success) st = md_of(&md[MD_W_OIHW], k, c, kh, kh, dnnl_f32, dnnl_oihw);
   if (st == dnnl_success) st = reorder_of(&s->prim[X_IN], &md[MD_X_NCHW], &md[MD_X_NHWC], scratch);
   if (st == dnnl_success) st = reorder_of(&s->prim[Y_OUT], &md[MD_Y_NHWC], &md[MD_Y_NCHW], scratch);
@@ -273,7 +289,8 @@ static dnnl_status_t make_reorders(slice *s, const lamp_conv2d_shape *sh, int64_
   if (st == dnnl_success) st = reorder_of(&s->prim[DW_OUT], &md[MD_DW], &md[MD_W_OIHW], scratch);
   dnnl_dims_t bytes = {(int64_t)(*scratch ? *scratch : 1)};
   if (st == dnnl_success) st = dn.dnnl_memory_desc_init_by_tag(&md[MD_SCRATCH], 1, bytes, dnnl_u8, dnnl_a);
-  if (st == dnnl_success && s->stream == NULL) st = dn.dnnl_stream_create(&s->stream, dn.engine, dnnl_stream_default_flags);
+  if (st == dnnl_success && s->stream == NULL)
+    st = dn.dnnl_stream_create(&s->stream, dn.engine, dnnl_stream_default_flags);
   return st;
 }
 
@@ -281,8 +298,7 @@ static dnnl_status_t make_reorders(slice *s, const lamp_conv2d_shape *sh, int64_
 ** Slice s made for `images` images of the layer's shape (rebuilt when made for another count).
 ** *amx 0: oneDNN has no AMX implementation of this layer (nothing made).
 */
-static lamp_status slice_make(lamp_conv_dnnl *layer, slice *s, const lamp_conv2d_shape *sh, int64_t images,
-                              int *amx) {
+static lamp_status slice_make(lamp_conv_dnnl *layer, slice *s, const lamp_conv2d_shape *sh, int64_t images, int *amx) {
   *amx = 1;
   if (s->images == images) return LAMP_OK;
   slice_clear(s);
@@ -315,7 +331,7 @@ static lamp_status slice_make(lamp_conv_dnnl *layer, slice *s, const lamp_conv2d
 /* ---- running them ---------------------------------------------------------------------------- */
 
 static void *buf(const slice *s, int i) {
-  return lamp_tensor_data(i < SHARED_BUFS ? shared[s->index].buf[i] : s->buf[i]);
+  return lamp_tensor_data(i < SHARED_BUFS ? shared[s->worker].buf[i] : s->buf[i]);
 }
 
 /* One argument of an execution: its name, its layout and where its data is. */
@@ -349,7 +365,6 @@ static lamp_status reorder(slice *s, int which, int from, const void *src, int t
   return run(s, which, args, 2, what);
 }
 
-
 /* Where image `s` of a bf16 tensor of `image` elements per image starts. */
 static const void *image_at(const void *t, size_t image, size_t s) { return (const char *)t + image * s * 2; }
 
@@ -364,18 +379,23 @@ typedef struct job {
 static size_t first_image(const job *j, size_t t) { return j->a->shape.batch * t / j->slices; }
 
 static job job_of(lamp_conv_dnnl *layer, const lamp_conv2d_args *a, int grads) {
-  size_t slices = lamp_cpu_threads();
+  size_t slices = lamp_cpu_threads(), by_size = (a->shape.batch + SLICE_IMAGES - 1) / SLICE_IMAGES;
+  if (by_size > slices) slices = by_size;
   if (slices > LAMP_CPU_MAX_WORKERS) slices = LAMP_CPU_MAX_WORKERS;
   if (slices > a->shape.batch) slices = a->shape.batch;
-  return (job){layer, a, slices ? slices : 1, a->shape.in_channels * a->shape.height * a->shape.width,
-               a->shape.out_channels * a->shape.out_h * a->shape.out_w, grads};
+  return (job){layer,
+               a,
+               slices ? slices : 1,
+               a->shape.in_channels * a->shape.height * a->shape.width,
+               a->shape.out_channels * a->shape.out_h * a->shape.out_w,
+               grads};
 }
 
 static lamp_status forward_task(void *ctx, size_t worker, size_t t) {
-  (void)worker;
   const job *j = ctx;
   const lamp_conv2d_args *a = j->a;
   slice *s = &j->layer->slices[t];
+  s->worker = worker;
   size_t first = first_image(j, t);
   on_this_thread();
   lamp_status st = reorder(s, W_FWD, MD_W_OIHW, a->weight, MD_W_FWD, buf(s, BUF_W_FWD), "weight reorder");
@@ -394,14 +414,14 @@ static lamp_status forward_task(void *ctx, size_t worker, size_t t) {
 
 /* Slice t's input gradient and its share of the weight gradient. */
 static lamp_status backward_task(void *ctx, size_t worker, size_t t) {
-  (void)worker;
   const job *j = ctx;
   const lamp_conv2d_args *a = j->a;
   slice *s = &j->layer->slices[t];
+  s->worker = worker;
   size_t first = first_image(j, t);
   on_this_thread();
-  lamp_status st =
-      reorder(s, DY_IN, MD_Y_NCHW, image_at(a->dy, j->image_out, first), MD_Y_NHWC, buf(s, BUF_DY), "gradient reorder");
+  lamp_status st = reorder(s, DY_IN, MD_Y_NCHW, image_at(a->dy, j->image_out, first), MD_Y_NHWC, buf(s, BUF_DY),
+                           "gradient reorder");
   if (st == LAMP_OK && a->dx != NULL) {
     st = reorder(s, W_BWD, MD_W_OIHW, a->weight, MD_W_BWD, buf(s, BUF_W_BWD), "weight reorder");
     arg args[3] = {{DNNL_ARG_DIFF_DST, &s->md[MD_Y_NHWC], buf(s, BUF_DY)},
@@ -463,12 +483,13 @@ static pthread_once_t why_once = PTHREAD_ONCE_INIT;
 static pthread_once_t isa_once = PTHREAD_ONCE_INIT;
 
 static void warn_no_isa(void) {
-  lamp_log(LAMP_LOG_WARN, NULL, "LAMP_CONV_BF16=dnnl: this CPU has no AVX512_BF16, so no AMX; using the direct kernels");
+  lamp_log(LAMP_LOG_WARN, NULL,
+           "LAMP_CONV_BF16=dnnl: this CPU has no AVX512_BF16, so no AMX; using the direct kernels");
 }
 
 static void warn_unavailable(void) {
-  lamp_log(LAMP_LOG_WARN, NULL, "LAMP_CONV_BF16=dnnl: oneDNN's convolution is not available: %s; using the direct kernels",
-           dn.why);
+  lamp_log(LAMP_LOG_WARN, NULL,
+           "LAMP_CONV_BF16=dnnl: oneDNN's convolution is not available: %s; using the direct kernels", dn.why);
 }
 
 /*
@@ -480,20 +501,28 @@ static int slices_made(lamp_conv_dnnl *layer, const lamp_conv2d_args *a, int bac
   job j = job_of(layer, a, 0);
   lamp_status st = LAMP_OK;
   int amx = 1;
-  /* the shared buffers this pass uses */
-  int uses[SHARED_BUFS] = {[BUF_X] = !backward || a->grad_weight != NULL, [BUF_Y] = !backward, [BUF_DY] = backward,
-                           [BUF_DX] = backward && a->dx != NULL, [BUF_SCRATCH] = 1};
+  /* the threads' buffers this pass uses, and the most bytes of each that a slice needs */
+  int uses[SHARED_BUFS] = {[BUF_X] = !backward || a->grad_weight != NULL,
+                           [BUF_Y] = !backward,
+                           [BUF_DY] = backward,
+                           [BUF_DX] = backward && a->dx != NULL,
+                           [BUF_SCRATCH] = 1};
+  size_t most[SHARED_BUFS] = {0}, threads = lamp_cpu_threads();
+  if (threads > LAMP_CPU_MAX_WORKERS) threads = LAMP_CPU_MAX_WORKERS;
   on_this_thread();
   for (size_t t = 0; st == LAMP_OK && amx && t < j.slices; t++) {
     slice *s = &layer->slices[t];
     st = slice_make(layer, s, &a->shape, (int64_t)(first_image(&j, t + 1) - first_image(&j, t)), &amx);
-    for (int i = 0; st == LAMP_OK && amx && i < SHARED_BUFS; i++)
-      if (uses[i]) st = ensure_bytes(&shared[t].buf[i], s->bytes[i]);
+    for (int i = 0; i < SHARED_BUFS; i++)
+      if (s->bytes[i] > most[i]) most[i] = s->bytes[i];
   }
+  for (size_t w = 0; st == LAMP_OK && amx && w < threads; w++)
+    for (int i = 0; st == LAMP_OK && i < SHARED_BUFS; i++)
+      if (uses[i]) st = ensure_bytes(&shared[w].buf[i], most[i]);
   if (st != LAMP_OK) lamp_log(LAMP_LOG_DEBUG, NULL, "conv2d: oneDNN declined a layer: %s", lamp_last_error());
   if (layer->verdict == 0 && st == LAMP_OK && !amx && dnnl_forced())
-    lamp_log(LAMP_LOG_WARN, NULL, "LAMP_CONV_BF16=dnnl: oneDNN runs a layer as %s, not on AMX; using the direct kernels",
-             layer->impl);
+    lamp_log(LAMP_LOG_WARN, NULL,
+             "LAMP_CONV_BF16=dnnl: oneDNN runs a layer as %s, not on AMX; using the direct kernels", layer->impl);
   if (layer->verdict == 0) layer->verdict = st == LAMP_OK && amx ? 1 : -1;
   return st == LAMP_OK && amx;
 }
@@ -514,7 +543,6 @@ int lamp_cpu_conv_dnnl_takes(lamp_conv_dnnl **slot, const lamp_conv2d_args *a, i
   }
   if (layer == NULL) {
     if ((layer = calloc(1, sizeof *layer)) == NULL) return 0; /* the direct kernels need no more memory */
-    for (size_t t = 0; t < LAMP_CPU_MAX_WORKERS; t++) layer->slices[t].index = t;
     live_layers++;
     *slot = layer;
   }
@@ -542,7 +570,6 @@ void lamp_cpu_conv_dnnl_free(lamp_conv_dnnl *layer) {
     }
 }
 
-
 #else /* no oneDNN headers at build time */
 
 struct lamp_conv_dnnl {
@@ -552,8 +579,9 @@ struct lamp_conv_dnnl {
 static pthread_once_t warn_once = PTHREAD_ONCE_INIT;
 
 static void warn_no_headers(void) {
-  lamp_log(LAMP_LOG_WARN, NULL, "LAMP_CONV_BF16=dnnl: lamp was built without oneDNN's headers "
-                                "(oneapi/dnnl/dnnl.h); using the direct kernels");
+  lamp_log(LAMP_LOG_WARN, NULL,
+           "LAMP_CONV_BF16=dnnl: lamp was built without oneDNN's headers "
+           "(oneapi/dnnl/dnnl.h); using the direct kernels");
 }
 
 int lamp_cpu_conv_dnnl_takes(lamp_conv_dnnl **layer, const lamp_conv2d_args *a, int backward) {
