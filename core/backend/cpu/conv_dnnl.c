@@ -42,15 +42,25 @@
 #endif
 #endif
 
-/* Whether LAMP_CONV_BF16 lets oneDNN take bf16 convolutions ("auto", unset or "dnnl"). */
+/* What LAMP_CONV_BF16 says, read once, as conv_direct.c reads it: whether oneDNN may take bf16
+   convolutions ("auto", unset or "dnnl") and whether it was asked for by name. */
+static pthread_once_t setting_once = PTHREAD_ONCE_INIT;
+static int allowed, forced;
+
+static void read_setting(void) {
+  const char *set = getenv("LAMP_CONV_BF16");
+  forced = set != NULL && strcmp(set, "dnnl") == 0;
+  allowed = forced || set == NULL || set[0] == '\0' || strcmp(set, "auto") == 0;
+}
+
 static int dnnl_allowed(void) {
-  const char *forced = getenv("LAMP_CONV_BF16");
-  return forced == NULL || forced[0] == '\0' || strcmp(forced, "auto") == 0 || strcmp(forced, "dnnl") == 0;
+  pthread_once(&setting_once, read_setting);
+  return allowed;
 }
 
 static int dnnl_forced(void) {
-  const char *forced = getenv("LAMP_CONV_BF16");
-  return forced != NULL && strcmp(forced, "dnnl") == 0;
+  pthread_once(&setting_once, read_setting);
+  return forced;
 }
 
 #ifdef LAMP_HAVE_DNNL_CONV
@@ -391,6 +401,11 @@ static job job_of(lamp_conv_dnnl *layer, const lamp_conv2d_args *a, int grads) {
                grads};
 }
 
+/* The slice's images of x into its NHWC buffer. */
+static lamp_status x_to_nhwc(const job *j, slice *s, size_t first) {
+  return reorder(s, X_IN, MD_X_NCHW, image_at(j->a->x, j->image_in, first), MD_X_NHWC, buf(s, BUF_X), "input reorder");
+}
+
 static lamp_status forward_task(void *ctx, size_t worker, size_t t) {
   const job *j = ctx;
   const lamp_conv2d_args *a = j->a;
@@ -399,8 +414,7 @@ static lamp_status forward_task(void *ctx, size_t worker, size_t t) {
   size_t first = first_image(j, t);
   on_this_thread();
   lamp_status st = reorder(s, W_FWD, MD_W_OIHW, a->weight, MD_W_FWD, buf(s, BUF_W_FWD), "weight reorder");
-  if (st == LAMP_OK)
-    st = reorder(s, X_IN, MD_X_NCHW, image_at(a->x, j->image_in, first), MD_X_NHWC, buf(s, BUF_X), "input reorder");
+  if (st == LAMP_OK) st = x_to_nhwc(j, s, first);
   if (st == LAMP_OK) {
     arg args[3] = {{DNNL_ARG_SRC, &s->md[MD_X_NHWC], buf(s, BUF_X)},
                    {DNNL_ARG_WEIGHTS, &s->md[MD_W_FWD], buf(s, BUF_W_FWD)},
@@ -433,7 +447,7 @@ static lamp_status backward_task(void *ctx, size_t worker, size_t t) {
                    "input-gradient reorder");
   }
   if (st == LAMP_OK && j->grads) {
-    st = reorder(s, X_IN, MD_X_NCHW, image_at(a->x, j->image_in, first), MD_X_NHWC, buf(s, BUF_X), "input reorder");
+    st = x_to_nhwc(j, s, first);
     arg args[3] = {{DNNL_ARG_SRC, &s->md[MD_X_NHWC], buf(s, BUF_X)},
                    {DNNL_ARG_DIFF_DST, &s->md[MD_Y_NHWC], buf(s, BUF_DY)},
                    {DNNL_ARG_DIFF_WEIGHTS, &s->md[MD_DW], buf(s, BUF_DW)}};
