@@ -44,8 +44,8 @@ typedef struct reduce_job {
 ** blocks and the tail, and the bits, are those of one pass over the whole row.
 */
 static inline __attribute__((always_inline)) void sum_row(const reduce_job *j, size_t first, float ca, float cb,
-                                                           float ms, float mq, float mz, int masked, float *sum,
-                                                           float *dot) {
+                                                          float ms, float mq, float mz, int masked, float *sum,
+                                                          float *dot) {
   float stage_a[LAMP_CPU_CHUNK], stage_b[LAMP_CPU_CHUNK];
   float acc[BLOCK] = {0}, accd[BLOCK] = {0}, s = 0.0f, d = 0.0f;
   int same = j->b == j->a && j->b_dtype == j->a_dtype;
@@ -79,15 +79,35 @@ static inline __attribute__((always_inline)) void sum_row(const reduce_job *j, s
   *dot = d;
 }
 
+/*
+** A channel's rows lie a whole image apart, and a row is short (a 14 x 14 bf16 plane is seven
+** cache lines), so the hardware prefetcher, which follows a stream for some lines before it runs
+** ahead, never gets going: each row waited on memory. The reduction asks for the row AHEAD
+** images on while it sums this one. The small ResNet in bf16 trains 6 to 12 % faster with it;
+** 2 rows ahead gained less than 4, and 8 no more.
+*/
+#define AHEAD 4
+
+static inline __attribute__((always_inline)) void prefetch_row(const void *data, lamp_dtype dtype, size_t first,
+                                                               size_t n) {
+  size_t size = lamp_dtype_size(dtype);
+  const char *p = (const char *)data + first * size, *end = p + n * size;
+  for (; p < end; p += 64) __builtin_prefetch(p, 0, 3);
+}
+
 /* Channel k's rows over every image, folded in image order. */
 static inline __attribute__((always_inline)) void reduce_rows(const reduce_job *j, size_t k, double *sum_a,
-                                                             double *sum_ab) {
+                                                              double *sum_ab) {
   double sa = 0.0, sab = 0.0;
   float ca = j->a_center != NULL ? j->a_center[k] : 0.0f, cb = j->b_center != NULL ? j->b_center[k] : 0.0f;
   const lamp_relu_mask *m = j->mask;
   for (size_t i = 0; i < j->n; i++) {
     size_t first = (i * j->c + k) * j->hw;
     float s, d;
+    if (i + AHEAD < j->n) {
+      prefetch_row(j->a, j->a_dtype, first + AHEAD * j->c * j->hw, j->hw);
+      if (j->b != NULL && j->b != j->a) prefetch_row(j->b, j->b_dtype, first + AHEAD * j->c * j->hw, j->hw);
+    }
     if (j->b == NULL) sum_row(j, first, ca, 0.0f, 0.0f, 0.0f, 0.0f, 0, &s, &d);
     else if (m != NULL) sum_row(j, first, ca, cb, m->scale[k], m->shift[k], m->zero_bound, 1, &s, &d);
     else sum_row(j, first, ca, cb, 0.0f, 0.0f, 0.0f, 0, &s, &d);
@@ -110,7 +130,7 @@ static void reduce_rows_sse(const reduce_job *j, size_t k, double *sum_a, double
 ** tests/unit/test_vector_state.c).
 */
 __attribute__((target("avx2"))) static void reduce_rows_avx2(const reduce_job *j, size_t k, double *sum_a,
-                                                            double *sum_ab) {
+                                                             double *sum_ab) {
   reduce_rows(j, k, sum_a, sum_ab);
   _mm256_zeroupper();
 }
@@ -149,18 +169,18 @@ static lamp_status check_inputs(const char *fn, lamp_dtype a_dtype, const void *
   return s;
 }
 
-lamp_status lamp_cpu_channel_reduce(const void *a, lamp_dtype a_dtype, const float *a_center,
-                                const void *b, lamp_dtype b_dtype, const float *b_center, size_t n, size_t c,
-                                size_t hw, double *sum_a, double *sum_ab) {
+lamp_status lamp_cpu_channel_reduce(const void *a, lamp_dtype a_dtype, const float *a_center, const void *b,
+                                    lamp_dtype b_dtype, const float *b_center, size_t n, size_t c, size_t hw,
+                                    double *sum_a, double *sum_ab) {
   lamp_status s = check_inputs("channel_reduce", a_dtype, b, b_dtype);
   if (s != LAMP_OK) return s;
   reduce_job j = {a, b, a_dtype, b_dtype, a_center, b_center, n, c, hw, sum_a, sum_ab, NULL};
   return run_reduce(&j);
 }
 
-lamp_status lamp_cpu_channel_reduce_masked(const void *a, lamp_dtype a_dtype, const void *b,
-                                       lamp_dtype b_dtype, const float *b_center, const lamp_relu_mask *mask,
-                                       size_t n, size_t c, size_t hw, double *sum_a, double *sum_ab) {
+lamp_status lamp_cpu_channel_reduce_masked(const void *a, lamp_dtype a_dtype, const void *b, lamp_dtype b_dtype,
+                                           const float *b_center, const lamp_relu_mask *mask, size_t n, size_t c,
+                                           size_t hw, double *sum_a, double *sum_ab) {
   if (b == NULL || mask == NULL)
     return lamp_error(LAMP_ERR_INVALID_ARG, "channel_reduce_masked: the mask's input b and the mask are required");
   lamp_status s = check_inputs("channel_reduce_masked", a_dtype, b, b_dtype);
@@ -197,8 +217,8 @@ static size_t task_count(size_t n, size_t elements) {
 /* out = in * sc + sh, rectified when `relu` (a constant once inlined: each form is its own
    loop); blocks go through a local array, so out may alias in and the loop still vectorises (the
    compiler need not prove the pointers apart). */
-static inline __attribute__((always_inline)) void affine_row(float *out, const float *in, float sc, float sh,
-                                                              size_t n, int relu) {
+static inline __attribute__((always_inline)) void affine_row(float *out, const float *in, float sc, float sh, size_t n,
+                                                             int relu) {
   size_t e = 0;
   for (; e + BLOCK <= n; e += BLOCK) {
     float v[BLOCK];
@@ -250,20 +270,29 @@ static lamp_status affine_task(void *ctx, size_t worker, size_t t) {
   return LAMP_OK;
 }
 
-lamp_status lamp_cpu_channel_affine(void *y, lamp_dtype y_dtype, const void *x, lamp_dtype x_dtype,
-                                    const float *scale, const float *shift, size_t n, size_t c, size_t hw, int relu) {
+lamp_status lamp_cpu_channel_affine(void *y, lamp_dtype y_dtype, const void *x, lamp_dtype x_dtype, const float *scale,
+                                    const float *shift, size_t n, size_t c, size_t hw, int relu) {
   lamp_status s = lamp_cpu_check_float("channel_affine", "y", y_dtype);
   if (s == LAMP_OK) s = lamp_cpu_check_float("channel_affine", "x", x_dtype);
   if (s != LAMP_OK) return s;
-  affine_job j = {.y = y, .y_dtype = y_dtype, .x = x, .x_dtype = x_dtype, .scale = scale, .shift = shift, .n = n,
-                  .c = c, .hw = hw, .tasks = task_count(n, n * c * hw), .relu = relu != 0};
+  affine_job j = {.y = y,
+                  .y_dtype = y_dtype,
+                  .x = x,
+                  .x_dtype = x_dtype,
+                  .scale = scale,
+                  .shift = shift,
+                  .n = n,
+                  .c = c,
+                  .hw = hw,
+                  .tasks = task_count(n, n * c * hw),
+                  .relu = relu != 0};
   return lamp_cpu_parallel_for(j.tasks, affine_task, &j);
 }
 
 /* o = pk * a + qk * b + rk, a read through the mask when `masked` (a constant once inlined). */
 static inline __attribute__((always_inline)) void combine_row(float *o, const float *ra, const float *rb, float pk,
-                                                               float qk, float rk, size_t len, float ms, float mq,
-                                                               float mz, int masked) {
+                                                              float qk, float rk, size_t len, float ms, float mq,
+                                                              float mz, int masked) {
   size_t e = 0;
   for (; e + BLOCK <= len; e += BLOCK) { /* through a local block: o may alias a or b */
     float v[BLOCK];
@@ -300,30 +329,40 @@ static lamp_status combine_task(void *ctx, size_t worker, size_t t) {
   return LAMP_OK;
 }
 
-static lamp_status run_combine(const char *fn, void *out, lamp_dtype out_dtype, const void *a,
-                               lamp_dtype a_dtype, const void *b, lamp_dtype b_dtype, const float *p, const float *q,
-                               const float *r, const lamp_relu_mask *mask, size_t n, size_t c, size_t hw) {
+static lamp_status run_combine(const char *fn, void *out, lamp_dtype out_dtype, const void *a, lamp_dtype a_dtype,
+                               const void *b, lamp_dtype b_dtype, const float *p, const float *q, const float *r,
+                               const lamp_relu_mask *mask, size_t n, size_t c, size_t hw) {
   lamp_status s = lamp_cpu_check_float(fn, "out", out_dtype);
   if (s == LAMP_OK) s = check_inputs(fn, a_dtype, b, b_dtype);
   if (s != LAMP_OK) return s;
-  affine_job j = {.y = out, .y_dtype = out_dtype, .a = a, .a_dtype = a_dtype, .b = b, .b_dtype = b_dtype, .p = p,
-                  .q = q, .r = r, .n = n, .c = c, .hw = hw, .tasks = task_count(n, n * c * hw), .mask = mask};
+  affine_job j = {.y = out,
+                  .y_dtype = out_dtype,
+                  .a = a,
+                  .a_dtype = a_dtype,
+                  .b = b,
+                  .b_dtype = b_dtype,
+                  .p = p,
+                  .q = q,
+                  .r = r,
+                  .n = n,
+                  .c = c,
+                  .hw = hw,
+                  .tasks = task_count(n, n * c * hw),
+                  .mask = mask};
   return lamp_cpu_parallel_for(j.tasks, combine_task, &j);
 }
 
-lamp_status lamp_cpu_channel_combine_typed(void *out, lamp_dtype out_dtype, const void *a,
-                                       lamp_dtype a_dtype, const void *b, lamp_dtype b_dtype, const float *p,
-                                       const float *q, const float *r, size_t n, size_t c, size_t hw) {
+lamp_status lamp_cpu_channel_combine_typed(void *out, lamp_dtype out_dtype, const void *a, lamp_dtype a_dtype,
+                                           const void *b, lamp_dtype b_dtype, const float *p, const float *q,
+                                           const float *r, size_t n, size_t c, size_t hw) {
   return run_combine("channel_combine", out, out_dtype, a, a_dtype, b, b_dtype, p, q, r, NULL, n, c, hw);
 }
 
-lamp_status lamp_cpu_channel_combine_masked(void *out, lamp_dtype out_dtype, const void *a,
-                                        lamp_dtype a_dtype, const void *b, lamp_dtype b_dtype, const float *p,
-                                        const float *q, const float *r, const lamp_relu_mask *mask, size_t n,
-                                        size_t c, size_t hw) {
+lamp_status lamp_cpu_channel_combine_masked(void *out, lamp_dtype out_dtype, const void *a, lamp_dtype a_dtype,
+                                            const void *b, lamp_dtype b_dtype, const float *p, const float *q,
+                                            const float *r, const lamp_relu_mask *mask, size_t n, size_t c, size_t hw) {
   if (mask == NULL) return lamp_error(LAMP_ERR_INVALID_ARG, "channel_combine_masked: the mask is required");
-  return run_combine("channel_combine_masked", out, out_dtype, a, a_dtype, b, b_dtype, p, q, r, mask, n, c,
-                     hw);
+  return run_combine("channel_combine_masked", out, out_dtype, a, a_dtype, b, b_dtype, p, q, r, mask, n, c, hw);
 }
 
 /* ---- y = a + b ---------------------------------------------------------------------------- */
@@ -355,8 +394,8 @@ static lamp_status add_task(void *ctx, size_t worker, size_t t) {
   return LAMP_OK;
 }
 
-lamp_status lamp_cpu_add(void *y, lamp_dtype y_dtype, const void *a, lamp_dtype a_dtype,
-                     const void *b, lamp_dtype b_dtype, size_t n, int relu) {
+lamp_status lamp_cpu_add(void *y, lamp_dtype y_dtype, const void *a, lamp_dtype a_dtype, const void *b,
+                         lamp_dtype b_dtype, size_t n, int relu) {
   lamp_status s = lamp_cpu_check_float("add", "y", y_dtype);
   if (s == LAMP_OK) s = lamp_cpu_check_float("add", "a", a_dtype);
   if (s == LAMP_OK) s = lamp_cpu_check_float("add", "b", b_dtype);
@@ -365,8 +404,7 @@ lamp_status lamp_cpu_add(void *y, lamp_dtype y_dtype, const void *a, lamp_dtype 
   return lamp_cpu_parallel_for(j.tasks, add_task, &j);
 }
 
-lamp_status lamp_cpu_add_into(void *y, lamp_dtype y_dtype, const void *x, lamp_dtype x_dtype,
-                          size_t n) {
+lamp_status lamp_cpu_add_into(void *y, lamp_dtype y_dtype, const void *x, lamp_dtype x_dtype, size_t n) {
   return lamp_cpu_add(y, y_dtype, y, y_dtype, x, x_dtype, n, 0);
 }
 
@@ -389,11 +427,11 @@ static lamp_status convert_task(void *ctx, size_t worker, size_t t) {
   if (i1 <= i0) return LAMP_OK;
   size_t ds = lamp_dtype_size(j->dst_dtype), ss = lamp_dtype_size(j->src_dtype);
   return lamp_cpu_convert((char *)j->dst + i0 * ds, j->dst_dtype, (const char *)j->src + i0 * ss, j->src_dtype,
-                      i1 - i0);
+                          i1 - i0);
 }
 
-lamp_status lamp_cpu_convert_parallel(void *dst, lamp_dtype dst_dtype, const void *src,
-                                  lamp_dtype src_dtype, size_t n) {
+lamp_status lamp_cpu_convert_parallel(void *dst, lamp_dtype dst_dtype, const void *src, lamp_dtype src_dtype,
+                                      size_t n) {
   convert_job j = {dst, src, dst_dtype, src_dtype, n, task_count(n, n)};
   if (j.tasks <= 1 || dst == src) return lamp_cpu_convert(dst, dst_dtype, src, src_dtype, n);
   return lamp_cpu_parallel_for(j.tasks, convert_task, &j);
@@ -401,8 +439,8 @@ lamp_status lamp_cpu_convert_parallel(void *dst, lamp_dtype dst_dtype, const voi
 
 /* ---- y = mask ? x * scale : 0 ------------------------------------------------------------- */
 
-lamp_status lamp_cpu_apply_mask(void *y, lamp_dtype y_dtype, const void *x, lamp_dtype x_dtype,
-                            const uint8_t *mask, float scale, size_t n) {
+lamp_status lamp_cpu_apply_mask(void *y, lamp_dtype y_dtype, const void *x, lamp_dtype x_dtype, const uint8_t *mask,
+                                float scale, size_t n) {
   lamp_status s = lamp_cpu_check_float("apply_mask", "y", y_dtype);
   if (s == LAMP_OK) s = lamp_cpu_check_float("apply_mask", "x", x_dtype);
   if (s != LAMP_OK) return s;
