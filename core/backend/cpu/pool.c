@@ -16,8 +16,8 @@
 
 /* The input rows (or columns) of a window: [lo, hi) clipped to the image; o * stride - pad is
    the window's first row before clipping. */
-static void window(size_t o, size_t stride, size_t pad, size_t kernel, size_t dil, size_t size, size_t *lo,
-                   size_t *hi, size_t *step) {
+static void window(size_t o, size_t stride, size_t pad, size_t kernel, size_t dil, size_t size, size_t *lo, size_t *hi,
+                   size_t *step) {
   /* first tap inside: t >= ceil((pad - o*stride) / dil) */
   size_t base = o * stride;
   size_t t0 = base >= pad ? 0 : (pad - base + dil - 1) / dil;
@@ -114,7 +114,7 @@ __attribute__((target("avx512f"))) static __mmask16 wins16(__m512 v, __m512 best
 ** scan order, so winner and index are the same.
 */
 __attribute__((target("avx512f"))) static void maxpool_plane_2x2_avx512(float *y, int32_t *arg, const float *x,
-                                                                       const lamp_conv_geom *g) {
+                                                                        const lamp_conv_geom *g) {
   size_t w = g->width, ow = g->out_w;
   const __m512i even = _mm512_set_epi32(30, 28, 26, 24, 22, 20, 18, 16, 14, 12, 10, 8, 6, 4, 2, 0);
   const __m512i odd = _mm512_add_epi32(even, _mm512_set1_epi32(1));
@@ -178,8 +178,7 @@ static lamp_status maxpool_task(void *ctx, size_t worker, size_t t) {
     if (is_2x2(j->g)) {
       if (!maxpool_fast(j->y + p * out, j->argmax + p * out, j->x + p * in, j->g))
         maxpool_plane_2x2(j->y + p * out, j->argmax + p * out, j->x + p * in, j->g);
-    }
-    else maxpool_plane(j->y + p * out, j->argmax + p * out, j->x + p * in, j->g);
+    } else maxpool_plane(j->y + p * out, j->argmax + p * out, j->x + p * in, j->g);
   }
   return LAMP_OK;
 }
@@ -270,17 +269,65 @@ static void avgpool_plane_backward(float *dx, const float *dy, const lamp_conv_g
   }
 }
 
+static int is_global(const lamp_conv_geom *g) {
+  return g->out_h == 1 && g->out_w == 1 && g->kernel_h == g->height && g->kernel_w == g->width && g->pad_h == 0 &&
+         g->pad_w == 0 && g->dilation_h == 1 && g->dilation_w == 1;
+}
+
+/*
+** A global window (GlobalAvgPool: the window is the plane) sums each plane in element order, as
+** avgpool_plane does, so the bits are the same, but 8 planes side by side: a plane's sum is one
+** chain of dependent adds, which waits out each add's latency, and 8 independent chains keep the
+** adder busy.
+*/
+#define GLOBAL_PLANES 8
+
+static void global_avg_planes(float *y, const float *x, size_t n_planes, size_t in, float inv) {
+  size_t p = 0;
+  for (; p + GLOBAL_PLANES <= n_planes; p += GLOBAL_PLANES) {
+    float sum[GLOBAL_PLANES] = {0};
+    for (size_t i = 0; i < in; i++)
+      for (size_t l = 0; l < GLOBAL_PLANES; l++) sum[l] += x[(p + l) * in + i];
+    for (size_t l = 0; l < GLOBAL_PLANES; l++) y[p + l] = sum[l] * inv;
+  }
+  for (; p < n_planes; p++) {
+    float sum = 0.0f;
+    for (size_t i = 0; i < in; i++) sum += x[p * in + i];
+    y[p] = sum * inv;
+  }
+}
+
+static lamp_status avgpool_task(void *ctx, size_t worker, size_t t) {
+  const pool_job *j = ctx;
+  (void)worker;
+  size_t in = j->g->height * j->g->width, out = j->g->out_h * j->g->out_w;
+  size_t p0 = j->n_planes * t / j->tasks, p1 = j->n_planes * (t + 1) / j->tasks;
+  if (is_global(j->g)) {
+    global_avg_planes(j->y + p0, j->x + p0 * in, p1 - p0, in, 1.0f / (float)in);
+    return LAMP_OK;
+  }
+  for (size_t p = p0; p < p1; p++) avgpool_plane(j->y + p * out, j->x + p * in, j->g);
+  return LAMP_OK;
+}
+
 static lamp_status avg_forward_f32(float *y, const float *x, size_t n_planes, const lamp_conv_geom *g) {
-  size_t in = g->height * g->width, out = g->out_h * g->out_w;
-  for (size_t p = 0; p < n_planes; p++) avgpool_plane(y + p * out, x + p * in, g);
+  pool_job j = {y, NULL, x, n_planes, lamp_cpu_threads(), g};
+  return lamp_cpu_parallel_for(j.tasks, avgpool_task, &j);
+}
+
+static lamp_status avgpool_backward_task(void *ctx, size_t worker, size_t t) {
+  const pool_back_job *j = ctx;
+  (void)worker;
+  size_t in = j->g->height * j->g->width, out = j->g->out_h * j->g->out_w;
+  size_t p0 = j->n_planes * t / j->tasks, p1 = j->n_planes * (t + 1) / j->tasks;
+  memset(j->dx + p0 * in, 0, (p1 - p0) * in * sizeof *j->dx);
+  for (size_t p = p0; p < p1; p++) avgpool_plane_backward(j->dx + p * in, j->dy + p * out, j->g);
   return LAMP_OK;
 }
 
 static lamp_status avg_backward_f32(float *dx, const float *dy, size_t n_planes, const lamp_conv_geom *g) {
-  size_t in = g->height * g->width, out = g->out_h * g->out_w;
-  memset(dx, 0, n_planes * in * sizeof *dx);
-  for (size_t p = 0; p < n_planes; p++) avgpool_plane_backward(dx + p * in, dy + p * out, g);
-  return LAMP_OK;
+  pool_back_job j = {dx, dy, NULL, n_planes, lamp_cpu_threads(), g};
+  return lamp_cpu_parallel_for(j.tasks, avgpool_backward_task, &j);
 }
 
 /* ---- any float dtype, a group of planes at a time ------------------------------------------- */
@@ -339,8 +386,7 @@ static lamp_status run_staged(const pool_pass *p, size_t planes) {
   float *in32 = NULL, *out32 = NULL;
   if (p->in_dtype != LAMP_F32 && (in32 = lamp_cpu_workspace(LAMP_CPU_WS_STAGE_IN, group * p->in_plane * 4)) == NULL)
     return LAMP_ERR_SYSTEM;
-  if (p->out_dtype != LAMP_F32 &&
-      (out32 = lamp_cpu_workspace(LAMP_CPU_WS_STAGE_OUT, group * p->out_plane * 4)) == NULL)
+  if (p->out_dtype != LAMP_F32 && (out32 = lamp_cpu_workspace(LAMP_CPU_WS_STAGE_OUT, group * p->out_plane * 4)) == NULL)
     return LAMP_ERR_SYSTEM;
   lamp_status st = LAMP_OK;
   for (size_t p0 = 0; st == LAMP_OK && p0 < planes; p0 += group) {
@@ -354,8 +400,8 @@ static lamp_status run_staged(const pool_pass *p, size_t planes) {
     }
     if (st == LAMP_OK) st = run_f32(p, out, in, p0, n);
     if (st == LAMP_OK && out32 != NULL)
-      st = lamp_cpu_convert_parallel(element_at(p->out, p->out_dtype, p0 * p->out_plane), p->out_dtype, out32,
-                                     LAMP_F32, n * p->out_plane);
+      st = lamp_cpu_convert_parallel(element_at(p->out, p->out_dtype, p0 * p->out_plane), p->out_dtype, out32, LAMP_F32,
+                                     n * p->out_plane);
   }
   return st;
 }
