@@ -11,6 +11,7 @@
 **            bf16 s eeeeeeee mmmmmmm                     (the top half of an f32)
 */
 #include "tensor/half.h"
+#include "tensor/half_avx512.h"
 
 #include <string.h>
 
@@ -254,24 +255,13 @@ static inline __attribute__((always_inline)) void bf16_to_f32_loop(float *dst, c
 }
 
 #ifdef LAMP_HAVE_X86
-/* bf16_from_bits on 16 lanes, kept in the top half of each 32-bit lane (its low half zero):
-   the same integer steps, so the same bits. */
-__attribute__((target("avx512f"))) static inline __m512i bf16_round_bits16(__m512i b) {
-  __mmask16 nan = _mm512_cmpgt_epi32_mask(_mm512_and_si512(b, _mm512_set1_epi32(0x7fffffff)),
-                                          _mm512_set1_epi32(0x7f800000));
-  __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(b, 16), _mm512_set1_epi32(1));
-  __m512i rounded = _mm512_add_epi32(b, _mm512_add_epi32(_mm512_set1_epi32(0x7fff), lsb));
-  __m512i quieted = _mm512_or_si512(b, _mm512_set1_epi32(BF16_QUIET_BIT << 16));
-  return _mm512_and_si512(_mm512_mask_mov_epi32(rounded, nan, quieted), _mm512_set1_epi32((int)0xffff0000u));
-}
-
 /* The AVX-512 forms: 16 lanes, the scalar code for the tail. These conversions run over every
    weight and activation each step under bf16, and AVX2's 8 lanes left them the slowest part
    of a bf16 step outside the GEMMs. */
 __attribute__((target("avx512f"))) static void f32_to_bf16_avx512(uint16_t *dst, const float *src, size_t n) {
   size_t i = 0;
   for (; i + 16 <= n; i += 16) {
-    __m512i r = bf16_round_bits16(_mm512_loadu_si512((const void *)(src + i)));
+    __m512i r = lamp_bf16x16_round_bits(_mm512_loadu_si512((const void *)(src + i)));
     _mm256_storeu_si256((__m256i *)(void *)(dst + i), _mm512_cvtepi32_epi16(_mm512_srli_epi32(r, 16)));
   }
   _mm256_zeroupper();
@@ -291,7 +281,7 @@ __attribute__((target("avx512f,avx512bf16"))) static void f32_to_bf16_avx512bf16
     __m512i mag = _mm512_and_si512(b, _mm512_set1_epi32(0x7fffffff));
     __m256i h;
     if (_mm512_cmplt_epu32_mask(_mm512_sub_epi32(mag, _mm512_set1_epi32(1)), _mm512_set1_epi32(0x007fffff)))
-      h = _mm512_cvtepi32_epi16(_mm512_srli_epi32(bf16_round_bits16(b), 16));
+      h = _mm512_cvtepi32_epi16(_mm512_srli_epi32(lamp_bf16x16_round_bits(b), 16));
     else h = (__m256i)_mm512_cvtneps_pbh(_mm512_castsi512_ps(b));
     _mm256_storeu_si256((__m256i *)(void *)(dst + i), h);
   }
@@ -376,7 +366,7 @@ static void round_bf16_scalar(float *dst, const float *src, size_t n, int add) {
 __attribute__((target("avx512f"))) static void round_bf16_avx512(float *dst, const float *src, size_t n, int add) {
   size_t i = 0;
   for (; i + 16 <= n; i += 16) {
-    __m512 r = _mm512_castsi512_ps(bf16_round_bits16(_mm512_loadu_si512((const void *)(src + i))));
+    __m512 r = _mm512_castsi512_ps(lamp_bf16x16_round_bits(_mm512_loadu_si512((const void *)(src + i))));
     if (add) r = _mm512_add_ps(_mm512_loadu_ps(dst + i), r);
     _mm512_storeu_ps(dst + i, r);
   }

@@ -1,7 +1,9 @@
 /*
 ** fp32 views of f32/f16/bf16 arrays. Kernels do their arithmetic in fp32 (backend.h), so they
 ** see 16-bit data through these: widened a chunk at a time into the caller's stack buffer, and
-** rounded back (nearest even) on commit. f32 data is used in place.
+** rounded back (nearest even) on commit. f32 data is used in place. The batch norm's affine and
+** combine passes and the additions on bf16 tensors, where the CPU has AVX-512, convert in
+** registers instead (tensor/half_avx512.h), with the same bits.
 */
 #include "backend/cpu/cpu_backend.h"
 
@@ -10,17 +12,14 @@
 
 #include "tensor/half.h"
 
-static const uint16_t *half_at(const void *data, size_t first) {
-  return (const uint16_t *)data + first;
-}
+static const uint16_t *half_at(const void *data, size_t first) { return (const uint16_t *)data + first; }
 
 static void widen(float *dst, const void *src, lamp_dtype dtype, size_t first, size_t n) {
   if (dtype == LAMP_F16) lamp_f16_to_f32_n(dst, half_at(src, first), n);
   else lamp_bf16_to_f32_n(dst, half_at(src, first), n);
 }
 
-const float *lamp_cpu_read(float *stage, const void *src, lamp_dtype dtype, size_t first,
-                           size_t n) {
+const float *lamp_cpu_read(float *stage, const void *src, lamp_dtype dtype, size_t first, size_t n) {
   if (dtype == LAMP_F32) return (const float *)src + first;
   widen(stage, src, dtype, first, n);
   return stage;
