@@ -67,8 +67,28 @@ __attribute__((target("avx2"))) static void lamp_optim_to_bf16_avx2(uint16_t *re
   for (; i < n; i++) out[i] = lamp_optim_to_bf16(p[i]);
   _mm256_zeroupper();
 }
+/* With AVX512_BF16, VCVTNEPS2BF16 rounds to nearest even and quiets a NaN as lamp_optim_to_bf16
+   does, in one instruction, but reads a subnormal as zero: a block of 16 holding one keeps the
+   integer code. On the bf16 MLP the AVX2 loop was about 6 % of a step. */
+__attribute__((target("avx512f,avx512bf16"))) static void
+lamp_optim_to_bf16_avx512bf16(uint16_t *restrict out, const float *restrict p, size_t n) {
+  size_t i = 0;
+  for (; i + 16 <= n; i += 16) {
+    __m512i b = _mm512_loadu_si512((const void *)(p + i));
+    __m512i mag = _mm512_and_si512(b, _mm512_set1_epi32(0x7fffffff));
+    if (_mm512_cmplt_epu32_mask(_mm512_sub_epi32(mag, _mm512_set1_epi32(1)),
+                                _mm512_set1_epi32(0x007fffff)))
+      for (size_t j = i; j < i + 16; j++) out[j] = lamp_optim_to_bf16(p[j]);
+    else
+      _mm256_storeu_si256((__m256i *)(void *)(out + i),
+                          (__m256i)_mm512_cvtneps_pbh(_mm512_castsi512_ps(b)));
+  }
+  for (; i < n; i++) out[i] = lamp_optim_to_bf16(p[i]);
+  _mm256_zeroupper();
+}
 #define LAMP_OPTIM_CPU_HAS(feature) __builtin_cpu_supports(feature)
 #else
+#define lamp_optim_to_bf16_avx512bf16(out, p, n) lamp_optim_round_out((out), (p), (n), 1)
 #define lamp_optim_to_f16_f16c(out, p, n) lamp_optim_round_out((out), (p), (n), 0)
 #define lamp_optim_to_bf16_avx2(out, p, n) lamp_optim_round_out((out), (p), (n), 1)
 #define LAMP_OPTIM_CPU_HAS(feature) 0
@@ -77,6 +97,8 @@ __attribute__((target("avx2"))) static void lamp_optim_to_bf16_avx2(uint16_t *re
 static inline void lamp_optim_cpu_round_out(uint16_t *out, const float *p, size_t n, int is_bf16) {
   if (!is_bf16 && LAMP_OPTIM_CPU_HAS("f16c"))
     lamp_optim_to_f16_f16c(out, p, n);
+  else if (is_bf16 && LAMP_OPTIM_CPU_HAS("avx512bf16"))
+    lamp_optim_to_bf16_avx512bf16(out, p, n);
   else if (is_bf16 && LAMP_OPTIM_CPU_HAS("avx2"))
     lamp_optim_to_bf16_avx2(out, p, n);
   else

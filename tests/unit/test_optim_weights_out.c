@@ -20,6 +20,7 @@
 #include "tensor/half.h"
 
 #include "../../plugins/optim/optim_kernel.h"
+#include "../../plugins/optim/optim_step.h"
 
 #define BAD(name) LAMP_BAD_PLUGIN_DIR "/" name ".so"
 
@@ -55,6 +56,35 @@ static void test_rounding_matches_core(void **state) {
                  lamp_optim_to_bf16(x), lamp_f32_to_bf16(x));
     }
   }
+}
+
+/*
+** The CPU step's vectorised rounding (optim_step.h: VCVTNEPS2BF16, AVX2 or F16C where the CPU has
+** them) on the same patterns, laid out 5 elements off the 16-element blocks, so that blocks mix
+** subnormals with normal numbers: every element must be the core's scalar rounding.
+*/
+static void test_cpu_rounding_matches_core(void **state) {
+  (void)state;
+  static const uint32_t lows[] = {0x0000, 0x0001, 0x7fff, 0x8000, 0x8001, 0xc000, 0xffff, 0x5a5a};
+  enum { LOWS = sizeof lows / sizeof lows[0], SKEW = 5, COUNT = 65536 * LOWS + SKEW };
+  float *x = malloc(COUNT * sizeof *x);
+  uint16_t *out = malloc(COUNT * sizeof *out);
+  assert_non_null(x);
+  assert_non_null(out);
+  for (size_t i = 0; i < SKEW; i++) x[i] = 1.0f;
+  for (uint32_t hi = 0; hi <= 0xffffu; hi++)
+    for (size_t k = 0; k < LOWS; k++) x[SKEW + hi * LOWS + k] = bits_float(hi << 16 | lows[k]);
+  for (int bf16 = 0; bf16 <= 1; bf16++) {
+    lamp_optim_cpu_round_out(out, x, COUNT, bf16);
+    for (size_t i = 0; i < COUNT; i++) {
+      uint16_t want = bf16 ? lamp_f32_to_bf16(x[i]) : lamp_f32_to_f16(x[i]);
+      if (out[i] != want)
+        fail_msg("%s of 0x%08x (element %zu): 0x%04x, core 0x%04x", bf16 ? "bf16" : "f16",
+                 (unsigned)lamp_optim_float_bits(x[i]), i, out[i], want);
+    }
+  }
+  free(x);
+  free(out);
 }
 
 static void test_caps(void **state) {
@@ -178,6 +208,7 @@ static void test_refusals(void **state) {
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_rounding_matches_core),
+      cmocka_unit_test(test_cpu_rounding_matches_core),
       cmocka_unit_test(test_caps),
       cmocka_unit_test(test_cpu_steps_write_the_core_rounding),
       cmocka_unit_test(test_refusals),
