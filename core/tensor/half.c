@@ -261,8 +261,7 @@ static inline __attribute__((always_inline)) void bf16_to_f32_loop(float *dst, c
 __attribute__((target("avx512f"))) static void f32_to_bf16_avx512(uint16_t *dst, const float *src, size_t n) {
   size_t i = 0;
   for (; i + 16 <= n; i += 16) {
-    __m512i r = lamp_bf16x16_round_bits(_mm512_loadu_si512((const void *)(src + i)));
-    _mm256_storeu_si256((__m256i *)(void *)(dst + i), _mm512_cvtepi32_epi16(_mm512_srli_epi32(r, 16)));
+    lamp_bf16x16_store(dst + i, _mm512_loadu_ps(src + i));
   }
   _mm256_zeroupper();
   for (; i < n; i++) dst[i] = bf16_from_bits(float_bits(src[i]));
@@ -292,8 +291,7 @@ __attribute__((target("avx512f,avx512bf16"))) static void f32_to_bf16_avx512bf16
 __attribute__((target("avx512f"))) static void bf16_to_f32_avx512(float *dst, const uint16_t *src, size_t n) {
   size_t i = 0;
   for (; i + 16 <= n; i += 16) {
-    __m256i h = _mm256_loadu_si256((const __m256i *)(const void *)(src + i));
-    _mm512_storeu_si512((void *)(dst + i), _mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+    _mm512_storeu_ps(dst + i, lamp_bf16x16_load(src + i));
   }
   _mm256_zeroupper();
   for (; i < n; i++) dst[i] = bits_float((uint32_t)src[i] << 16);

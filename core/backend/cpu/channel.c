@@ -248,14 +248,23 @@ static inline __attribute__((always_inline)) void add_chunk(float *yv, const flo
 
 #if defined(__x86_64__) || defined(__i386__)
 /*
-** The affine map on bf16 rows with AVX-512, the values widened and rounded back in registers:
-** through fp32 stages, the conversions took more of a bf16 ResNet step than the map itself. The
-** same fp32 products and sums (never fused), and the same rounding, so the same bits.
+** bf16 rows with AVX-512 (the affine map, the combine and the addition below), the values widened
+** and rounded back in registers: through fp32 stages, the conversions took more of a bf16 ResNet
+** step than the arithmetic. The same fp32 products and sums (never fused), and the same rounding,
+** so the same bits. Taken when every operand is bf16 and the CPU has AVX-512.
 */
+static int bf16_in_registers(lamp_dtype a, lamp_dtype b, lamp_dtype y) {
+  return a == LAMP_BF16 && b == LAMP_BF16 && y == LAMP_BF16 && lamp_cpu_has(LAMP_ISA_AVX512F);
+}
+
+/* rectify on 16 lanes, when `relu` */
+__attribute__((target("avx512f"))) static inline __m512 rectify16(__m512 v, int relu) {
+  if (!relu) return v;
+  return _mm512_mask_mov_ps(v, _mm512_cmp_ps_mask(v, _mm512_setzero_ps(), _CMP_LE_OQ), _mm512_setzero_ps());
+}
+
 __attribute__((target("avx512f"))) static inline __m512 affine16(__m512 x, __m512 scale, __m512 shift, int relu) {
-  __m512 v = _mm512_add_ps(_mm512_mul_ps(x, scale), shift);
-  if (relu) v = _mm512_mask_mov_ps(v, _mm512_cmp_ps_mask(v, _mm512_setzero_ps(), _CMP_LE_OQ), _mm512_setzero_ps());
-  return v;
+  return rectify16(_mm512_add_ps(_mm512_mul_ps(x, scale), shift), relu);
 }
 
 __attribute__((target("avx512f"))) static void affine_rows_bf16_avx512(const affine_job *j, size_t i0, size_t i1) {
@@ -271,17 +280,6 @@ __attribute__((target("avx512f"))) static void affine_rows_bf16_avx512(const aff
     }
   _mm256_zeroupper();
 }
-
-static int affine_rows_fast(const affine_job *j, size_t i0, size_t i1) {
-  if (j->x_dtype != LAMP_BF16 || j->y_dtype != LAMP_BF16 || !lamp_cpu_has(LAMP_ISA_AVX512F)) return 0;
-  affine_rows_bf16_avx512(j, i0, i1);
-  return 1;
-}
-#else
-static int affine_rows_fast(const affine_job *j, size_t i0, size_t i1) {
-  (void)j, (void)i0, (void)i1;
-  return 0;
-}
 #endif
 
 static lamp_status affine_task(void *ctx, size_t worker, size_t t) {
@@ -289,7 +287,12 @@ static lamp_status affine_task(void *ctx, size_t worker, size_t t) {
   (void)worker;
   size_t i0, i1;
   image_range(j->n, j->tasks, t, &i0, &i1);
-  if (affine_rows_fast(j, i0, i1)) return LAMP_OK;
+#if defined(__x86_64__) || defined(__i386__)
+  if (bf16_in_registers(j->x_dtype, j->x_dtype, j->y_dtype)) {
+    affine_rows_bf16_avx512(j, i0, i1);
+    return LAMP_OK;
+  }
+#endif
   float stage[LAMP_CPU_CHUNK], stage_x[LAMP_CPU_CHUNK];
   for (size_t i = i0; i < i1; i++)
     for (size_t k = 0; k < j->c; k++) {
@@ -344,9 +347,7 @@ static inline __attribute__((always_inline)) void combine_row(float *o, const fl
 }
 
 #if defined(__x86_64__) || defined(__i386__)
-/* The combine on bf16 rows with AVX-512 (as affine_rows_bf16_avx512): the same fp32 steps in
-   combine_row's order, the mask's comparison too, and the same rounding. */
-/* pk * a + qk * b + rk, a read through the mask when `masked`: combine_row's steps. */
+/* pk * a + qk * b + rk, a read through the mask when `masked`: combine_row's steps, in its order. */
 __attribute__((target("avx512f"))) static inline __m512 combine16(__m512 a, __m512 b, const __m512 *coef, int masked) {
   if (masked)
     a = _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(_mm512_add_ps(_mm512_mul_ps(b, coef[3]), coef[4]), coef[5], _CMP_GT_OQ),
@@ -378,17 +379,6 @@ __attribute__((target("avx512f"))) static void combine_rows_bf16_avx512(const af
   _mm256_zeroupper();
 }
 
-static int combine_rows_fast(const affine_job *j, size_t i0, size_t i1) {
-  if (j->a_dtype != LAMP_BF16 || j->b_dtype != LAMP_BF16 || j->y_dtype != LAMP_BF16 || !lamp_cpu_has(LAMP_ISA_AVX512F))
-    return 0;
-  combine_rows_bf16_avx512(j, i0, i1);
-  return 1;
-}
-#else
-static int combine_rows_fast(const affine_job *j, size_t i0, size_t i1) {
-  (void)j, (void)i0, (void)i1;
-  return 0;
-}
 #endif
 
 /* Rows a chunk at a time through the stage when y is 16-bit (rounded once, as lamp_convert of
@@ -399,7 +389,12 @@ static lamp_status combine_task(void *ctx, size_t worker, size_t t) {
   (void)worker;
   size_t i0, i1;
   image_range(j->n, j->tasks, t, &i0, &i1);
-  if (combine_rows_fast(j, i0, i1)) return LAMP_OK;
+#if defined(__x86_64__) || defined(__i386__)
+  if (bf16_in_registers(j->a_dtype, j->b_dtype, j->y_dtype)) {
+    combine_rows_bf16_avx512(j, i0, i1);
+    return LAMP_OK;
+  }
+#endif
   float stage[LAMP_CPU_CHUNK], stage_a[LAMP_CPU_CHUNK], stage_b[LAMP_CPU_CHUNK];
   for (size_t i = i0; i < i1; i++)
     for (size_t k = 0; k < j->c; k++) {
@@ -466,37 +461,22 @@ typedef struct add_job {
 } add_job;
 
 #if defined(__x86_64__) || defined(__i386__)
-/* y = a + b on bf16 with AVX-512 (as affine_rows_bf16_avx512); 16 lanes are read before they
+/* y = a + b, rectified when `relu`; 16 lanes are read before they
    are written, so y may alias a or b. */
-__attribute__((target("avx512f"))) static inline __m512 add16(__m512 a, __m512 b, int relu) {
-  __m512 v = _mm512_add_ps(a, b);
-  if (relu) v = _mm512_mask_mov_ps(v, _mm512_cmp_ps_mask(v, _mm512_setzero_ps(), _CMP_LE_OQ), _mm512_setzero_ps());
-  return v;
-}
-
 __attribute__((target("avx512f"))) static void add_bf16_avx512(const add_job *j, size_t i0, size_t i1) {
   const uint16_t *a = j->a, *b = j->b;
   uint16_t *y = j->y;
   size_t i = i0;
   for (; i + 16 <= i1; i += 16)
-    lamp_bf16x16_store(y + i, add16(lamp_bf16x16_load(a + i), lamp_bf16x16_load(b + i), j->relu));
+    lamp_bf16x16_store(y + i, rectify16(_mm512_add_ps(lamp_bf16x16_load(a + i), lamp_bf16x16_load(b + i)), j->relu));
   if (i < i1)
-    lamp_bf16x16_store_n(y + i, add16(lamp_bf16x16_load_n(a + i, i1 - i), lamp_bf16x16_load_n(b + i, i1 - i), j->relu),
-                         i1 - i);
+    lamp_bf16x16_store_n(
+        y + i,
+        rectify16(_mm512_add_ps(lamp_bf16x16_load_n(a + i, i1 - i), lamp_bf16x16_load_n(b + i, i1 - i)), j->relu),
+        i1 - i);
   _mm256_zeroupper();
 }
 
-static int add_fast(const add_job *j, size_t i0, size_t i1) {
-  if (j->a_dtype != LAMP_BF16 || j->b_dtype != LAMP_BF16 || j->y_dtype != LAMP_BF16 || !lamp_cpu_has(LAMP_ISA_AVX512F))
-    return 0;
-  add_bf16_avx512(j, i0, i1);
-  return 1;
-}
-#else
-static int add_fast(const add_job *j, size_t i0, size_t i1) {
-  (void)j, (void)i0, (void)i1;
-  return 0;
-}
 #endif
 
 /* A chunk is read whole before y is written, so y may alias a (y += b) or b exactly. */
@@ -504,7 +484,12 @@ static lamp_status add_task(void *ctx, size_t worker, size_t t) {
   const add_job *j = ctx;
   (void)worker;
   size_t end = j->n * (t + 1) / j->tasks;
-  if (add_fast(j, j->n * t / j->tasks, end)) return LAMP_OK;
+#if defined(__x86_64__) || defined(__i386__)
+  if (bf16_in_registers(j->a_dtype, j->b_dtype, j->y_dtype)) {
+    add_bf16_avx512(j, j->n * t / j->tasks, end);
+    return LAMP_OK;
+  }
+#endif
   float ys[LAMP_CPU_CHUNK], as[LAMP_CPU_CHUNK], bs[LAMP_CPU_CHUNK];
   for (size_t i = j->n * t / j->tasks; i < end; i += LAMP_CPU_CHUNK) {
     size_t len = lamp_cpu_min(LAMP_CPU_CHUNK, end - i);
