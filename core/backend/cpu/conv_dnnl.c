@@ -10,9 +10,10 @@
 ** that makes more. Each slice has its own primitives and stream (built for its image count and
 ** rebuilt when that changes: oneDNN's primitive cache makes a rebuild cheap) and runs on one
 ** thread, with oneDNN's OpenMP held to 1 thread (as in gemm_provider.c) and that thread's
-** buffers. lamp's tensors are NCHW; oneDNN's AMX convolution wants NHWC, so each slice reorders x
-** and dy in and y and dx out. Every primitive takes the thread's scratchpad (user mode), so
-** threads never share oneDNN's own.
+** buffers. lamp's tensors are NCHW; oneDNN's AMX convolution wants NHWC, so each slice moves x
+** and dy in and y and dx out with lamp's own kernels (nhwc.c: oneDNN's reorder took as long as
+** the convolutions on the ResNet's layers), and the weights with oneDNN's reorders. Every
+** primitive takes the thread's scratchpad (user mode), so threads never share oneDNN's own.
 **
 ** Numerics: the bf16 products are exact and summed in fp32 in the tiles' order (denormal inputs
 ** and results flushed, as AMX defines), y and dx rounded to bf16 by oneDNN (to nearest even);
@@ -143,10 +144,10 @@ static lamp_status failed(const char *what, dnnl_status_t s) {
 
 /* ---- one slice's primitives ------------------------------------------------------------------ */
 
-enum { FWD, BWD_DATA, BWD_WEIGHTS, X_IN, Y_OUT, DY_IN, DX_OUT, W_FWD, W_BWD, DW_OUT, PRIMITIVES };
+enum { FWD, BWD_DATA, BWD_WEIGHTS, W_FWD, W_BWD, DW_OUT, PRIMITIVES };
 
 /* The memory layouts a slice's primitives read and write. */
-enum { MD_X_NCHW, MD_X_NHWC, MD_Y_NCHW, MD_Y_NHWC, MD_W_OIHW, MD_W_FWD, MD_W_BWD, MD_DW, MD_SCRATCH, MDS };
+enum { MD_X_NHWC, MD_Y_NHWC, MD_W_OIHW, MD_W_FWD, MD_W_BWD, MD_DW, MD_SCRATCH, MDS };
 
 /*
 ** A slice's buffers. x, y, dy and dx in NHWC and the scratchpad belong to the thread that runs
@@ -282,18 +283,12 @@ static lamp_status ensure_bytes(lamp_tensor **t, size_t bytes) {
   return lamp_tensor_ensure(t, LAMP_F32, LAMP_CPU, 1, shape, LAMP_MEM_WORKSPACE);
 }
 
-/* The reorders between lamp's layouts (NCHW, OIHW) and the convolutions'. */
-static dnnl_status_t make_reorders(slice *s, const lamp_conv2d_shape *sh, int64_t images, size_t *scratch) {
+/* The weights' reorders between lamp's layout (OIHW) and the convolutions'. The images move
+   between NCHW and NHWC in lamp's own kernels (nhwc.c), which run faster than oneDNN's reorder. */
+static dnnl_status_t make_reorders(slice *s, const lamp_conv2d_shape *sh, size_t *scratch) {
   int64_t c = (int64_t)sh->in_channels, k = (int64_t)sh->out_channels, kh = (int64_t)sh->kernel;
   dnnl_memory_desc_t *md = s->md;
-  dnnl_status_t st = md_of(&md[MD_X_NCHW], images, c, (int64_t)sh->height, (int64_t)sh->width, dnnl_bf16, dnnl_nchw);
-  if (st == dnnl_success)
-    st = md_of(&md[MD_Y_NCHW], images, k, (int64_t)sh->out_h, (int64_t)sh->out_w, dnnl_bf16, dnnl_nchw);
-  if (st == dnnl_success) st = md_of(&md[MD_W_OIHW], k, c, kh, kh, dnnl_f32, dnnl_oihw);
-  if (st == dnnl_success) st = reorder_of(&s->prim[X_IN], &md[MD_X_NCHW], &md[MD_X_NHWC], scratch);
-  if (st == dnnl_success) st = reorder_of(&s->prim[Y_OUT], &md[MD_Y_NHWC], &md[MD_Y_NCHW], scratch);
-  if (st == dnnl_success) st = reorder_of(&s->prim[DY_IN], &md[MD_Y_NCHW], &md[MD_Y_NHWC], scratch);
-  if (st == dnnl_success) st = reorder_of(&s->prim[DX_OUT], &md[MD_X_NHWC], &md[MD_X_NCHW], scratch);
+  dnnl_status_t st = md_of(&md[MD_W_OIHW], k, c, kh, kh, dnnl_f32, dnnl_oihw);
   if (st == dnnl_success) st = reorder_of(&s->prim[W_FWD], &md[MD_W_OIHW], &md[MD_W_FWD], scratch);
   if (st == dnnl_success) st = reorder_of(&s->prim[W_BWD], &md[MD_W_OIHW], &md[MD_W_BWD], scratch);
   if (st == dnnl_success) st = reorder_of(&s->prim[DW_OUT], &md[MD_DW], &md[MD_W_OIHW], scratch);
@@ -314,7 +309,7 @@ static lamp_status slice_make(lamp_conv_dnnl *layer, slice *s, const lamp_conv2d
   slice_clear(s);
   size_t scratch = 0;
   dnnl_status_t st = make_convolutions(s, sh, images, layer->impl, sizeof layer->impl, amx, &scratch);
-  if (st == dnnl_success && *amx) st = make_reorders(s, sh, images, &scratch);
+  if (st == dnnl_success && *amx) st = make_reorders(s, sh, &scratch);
   if (st != dnnl_success || !*amx) {
     slice_clear(s);
     return st == dnnl_success ? LAMP_OK : failed("set-up", st);
@@ -401,9 +396,33 @@ static job job_of(lamp_conv_dnnl *layer, const lamp_conv2d_args *a, int grads) {
                grads};
 }
 
-/* The slice's images of x into its NHWC buffer. */
-static lamp_status x_to_nhwc(const job *j, slice *s, size_t first) {
-  return reorder(s, X_IN, MD_X_NCHW, image_at(j->a->x, j->image_in, first), MD_X_NHWC, buf(s, BUF_X), "input reorder");
+/* Where image `s` of a bf16 tensor of `image` elements per image starts, to be written. */
+static void *image_to(void *t, size_t image, size_t s) { return (char *)t + image * s * 2; }
+
+/* The slice's images of x (NCHW) into its NHWC buffer; dy the same. */
+static void x_to_nhwc(const job *j, slice *s, size_t first) {
+  const lamp_conv2d_shape *sh = &j->a->shape;
+  lamp_cpu_nchw_to_nhwc16(buf(s, BUF_X), image_at(j->a->x, j->image_in, first), (size_t)s->images, sh->in_channels,
+                          sh->height * sh->width);
+}
+
+static void dy_to_nhwc(const job *j, slice *s, size_t first) {
+  const lamp_conv2d_shape *sh = &j->a->shape;
+  lamp_cpu_nchw_to_nhwc16(buf(s, BUF_DY), image_at(j->a->dy, j->image_out, first), (size_t)s->images, sh->out_channels,
+                          sh->out_h * sh->out_w);
+}
+
+/* The slice's y and dx from its NHWC buffers into the NCHW tensors. */
+static void y_to_nchw(const job *j, slice *s, size_t first) {
+  const lamp_conv2d_shape *sh = &j->a->shape;
+  lamp_cpu_nhwc_to_nchw16(image_to(j->a->y, j->image_out, first), buf(s, BUF_Y), (size_t)s->images, sh->out_channels,
+                          sh->out_h * sh->out_w);
+}
+
+static void dx_to_nchw(const job *j, slice *s, size_t first) {
+  const lamp_conv2d_shape *sh = &j->a->shape;
+  lamp_cpu_nhwc_to_nchw16(image_to(j->a->dx, j->image_in, first), buf(s, BUF_DX), (size_t)s->images, sh->in_channels,
+                          sh->height * sh->width);
 }
 
 static lamp_status forward_task(void *ctx, size_t worker, size_t t) {
@@ -414,15 +433,14 @@ static lamp_status forward_task(void *ctx, size_t worker, size_t t) {
   size_t first = first_image(j, t);
   on_this_thread();
   lamp_status st = reorder(s, W_FWD, MD_W_OIHW, a->weight, MD_W_FWD, buf(s, BUF_W_FWD), "weight reorder");
-  if (st == LAMP_OK) st = x_to_nhwc(j, s, first);
   if (st == LAMP_OK) {
+    x_to_nhwc(j, s, first);
     arg args[3] = {{DNNL_ARG_SRC, &s->md[MD_X_NHWC], buf(s, BUF_X)},
                    {DNNL_ARG_WEIGHTS, &s->md[MD_W_FWD], buf(s, BUF_W_FWD)},
                    {DNNL_ARG_DST, &s->md[MD_Y_NHWC], buf(s, BUF_Y)}};
     st = run(s, FWD, args, 3, "forward convolution");
   }
-  if (st == LAMP_OK)
-    st = reorder(s, Y_OUT, MD_Y_NHWC, buf(s, BUF_Y), MD_Y_NCHW, image_at(a->y, j->image_out, first), "output reorder");
+  if (st == LAMP_OK) y_to_nchw(j, s, first);
   return st;
 }
 
@@ -434,24 +452,22 @@ static lamp_status backward_task(void *ctx, size_t worker, size_t t) {
   s->worker = worker;
   size_t first = first_image(j, t);
   on_this_thread();
-  lamp_status st = reorder(s, DY_IN, MD_Y_NCHW, image_at(a->dy, j->image_out, first), MD_Y_NHWC, buf(s, BUF_DY),
-                           "gradient reorder");
-  if (st == LAMP_OK && a->dx != NULL) {
+  dy_to_nhwc(j, s, first);
+  lamp_status st = LAMP_OK;
+  if (a->dx != NULL) {
     st = reorder(s, W_BWD, MD_W_OIHW, a->weight, MD_W_BWD, buf(s, BUF_W_BWD), "weight reorder");
     arg args[3] = {{DNNL_ARG_DIFF_DST, &s->md[MD_Y_NHWC], buf(s, BUF_DY)},
                    {DNNL_ARG_WEIGHTS, &s->md[MD_W_BWD], buf(s, BUF_W_BWD)},
                    {DNNL_ARG_DIFF_SRC, &s->md[MD_X_NHWC], buf(s, BUF_DX)}};
     if (st == LAMP_OK) st = run(s, BWD_DATA, args, 3, "input-gradient convolution");
-    if (st == LAMP_OK)
-      st = reorder(s, DX_OUT, MD_X_NHWC, buf(s, BUF_DX), MD_X_NCHW, image_at(a->dx, j->image_in, first),
-                   "input-gradient reorder");
+    if (st == LAMP_OK) dx_to_nchw(j, s, first);
   }
   if (st == LAMP_OK && j->grads) {
-    st = x_to_nhwc(j, s, first);
+    x_to_nhwc(j, s, first);
     arg args[3] = {{DNNL_ARG_SRC, &s->md[MD_X_NHWC], buf(s, BUF_X)},
                    {DNNL_ARG_DIFF_DST, &s->md[MD_Y_NHWC], buf(s, BUF_DY)},
                    {DNNL_ARG_DIFF_WEIGHTS, &s->md[MD_DW], buf(s, BUF_DW)}};
-    if (st == LAMP_OK) st = run(s, BWD_WEIGHTS, args, 3, "weight-gradient convolution");
+    st = run(s, BWD_WEIGHTS, args, 3, "weight-gradient convolution");
     if (st == LAMP_OK)
       st = reorder(s, DW_OUT, MD_DW, buf(s, BUF_DW), MD_W_OIHW, buf(s, BUF_DW_OIHW), "weight-gradient reorder");
   }

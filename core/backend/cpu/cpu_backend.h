@@ -202,6 +202,14 @@ lamp_status lamp_cpu_conv_dnnl_backward(lamp_conv_dnnl *layer, const lamp_conv2d
 const char *lamp_cpu_conv_dnnl_impl(const lamp_conv_dnnl *layer); /* NULL where oneDNN does not run it */
 void lamp_cpu_conv_dnnl_free(lamp_conv_dnnl *layer);
 
+/*
+** 16-bit images (bf16 or fp16) between NCHW and NHWC (nhwc.c): for each of `images` images of
+** `channels` planes of `pixels` elements, dst[p * channels + c] = src[c * pixels + p], and back.
+** dst and src do not overlap. Data moves only: the bits are those of src.
+*/
+void lamp_cpu_nchw_to_nhwc16(uint16_t *dst, const uint16_t *src, size_t images, size_t channels, size_t pixels);
+void lamp_cpu_nhwc_to_nchw16(uint16_t *dst, const uint16_t *src, size_t images, size_t channels, size_t pixels);
+
 /* ---- convolution kernels (im2col.c, conv_direct.c), used by conv2d.c ------------------------- */
 
 /*
