@@ -88,37 +88,28 @@ static int avx512_fits(size_t channels, size_t pixels) {
   return lamp_cpu_has(LAMP_ISA_AVX512BW) && lamp_cpu_has(LAMP_ISA_AVX512VL) && channels * pixels < ((size_t)1 << 31);
 }
 
-#else
-
-static int avx512_fits(size_t channels, size_t pixels) {
-  (void)channels, (void)pixels;
-  return 0;
-}
-#define to_nhwc_image_avx512(dst, src, channels, pixels) to_nhwc_c(dst, src, 1, channels, pixels)
-#define to_nchw_image_avx512(dst, src, channels, pixels) to_nchw_c(dst, src, 1, channels, pixels)
-
 #endif
 
 /* ---- the two directions -------------------------------------------------------------------- */
 
 void lamp_cpu_nchw_to_nhwc16(uint16_t *dst, const uint16_t *src, size_t images, size_t channels, size_t pixels) {
-  if (!avx512_fits(channels, pixels)) {
-    to_nhwc_c(dst, src, images, channels, pixels);
+#ifdef HAVE_AVX512_BODY
+  if (avx512_fits(channels, pixels)) {
+    for (size_t n = 0, image = channels * pixels; n < images; n++)
+      to_nhwc_image_avx512(dst + n * image, src + n * image, channels, pixels);
     return;
   }
-  for (size_t n = 0; n < images; n++) {
-    size_t at = n * channels * pixels;
-    to_nhwc_image_avx512(dst + at, src + at, channels, pixels);
-  }
+#endif
+  to_nhwc_c(dst, src, images, channels, pixels);
 }
 
 void lamp_cpu_nhwc_to_nchw16(uint16_t *dst, const uint16_t *src, size_t images, size_t channels, size_t pixels) {
-  if (!avx512_fits(channels, pixels)) {
-    to_nchw_c(dst, src, images, channels, pixels);
+#ifdef HAVE_AVX512_BODY
+  if (avx512_fits(channels, pixels)) {
+    for (size_t n = 0, image = channels * pixels; n < images; n++)
+      to_nchw_image_avx512(dst + n * image, src + n * image, channels, pixels);
     return;
   }
-  for (size_t n = 0; n < images; n++) {
-    size_t at = n * channels * pixels;
-    to_nchw_image_avx512(dst + at, src + at, channels, pixels);
-  }
+#endif
+  to_nchw_c(dst, src, images, channels, pixels);
 }
