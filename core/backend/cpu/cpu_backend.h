@@ -174,7 +174,7 @@ lamp_status lamp_cpu_split_pass(size_t n, lamp_range_fn fn, void *ctx);
    contents undefined; NULL with the error set. */
 typedef enum lamp_cpu_ws {
   LAMP_CPU_WS_GEMM,      /* widened 16-bit GEMM operands */
-  LAMP_CPU_WS_STAGE_IN,  /* a group of 16-bit planes widened for an fp32 kernel */
+  LAMP_CPU_WS_STAGE_IN,  /* a few 16-bit planes widened for an fp32 kernel (pool.c) */
   LAMP_CPU_WS_STAGE_OUT, /* its fp32 results before rounding */
   LAMP_CPU_WS_CHANNELS,  /* BatchNorm's per-channel coefficients and sums */
   LAMP_CPU_WS_COUNT

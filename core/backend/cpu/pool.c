@@ -157,36 +157,9 @@ static int maxpool_fast(float *y, int32_t *arg, const float *x, const lamp_conv_
 }
 #endif
 
-typedef struct pool_job {
-  float *y;
-  int32_t *argmax;
-  const float *x;
-  size_t n_planes, tasks;
-  const lamp_conv_geom *g;
-} pool_job;
-
 static int is_2x2(const lamp_conv_geom *g) {
   return g->kernel_h == 2 && g->kernel_w == 2 && g->stride_h == 2 && g->stride_w == 2 && g->pad_h == 0 &&
          g->pad_w == 0 && g->dilation_h == 1 && g->dilation_w == 1;
-}
-
-static lamp_status maxpool_task(void *ctx, size_t worker, size_t t) {
-  const pool_job *j = ctx;
-  (void)worker;
-  size_t tasks = j->tasks, in = j->g->height * j->g->width, out = j->g->out_h * j->g->out_w;
-  for (size_t p = j->n_planes * t / tasks; p < j->n_planes * (t + 1) / tasks; p++) {
-    if (is_2x2(j->g)) {
-      if (!maxpool_fast(j->y + p * out, j->argmax + p * out, j->x + p * in, j->g))
-        maxpool_plane_2x2(j->y + p * out, j->argmax + p * out, j->x + p * in, j->g);
-    } else maxpool_plane(j->y + p * out, j->argmax + p * out, j->x + p * in, j->g);
-  }
-  return LAMP_OK;
-}
-
-static lamp_status max_forward_f32(float *y, int32_t *argmax, const float *x, size_t n_planes,
-                                   const lamp_conv_geom *g) {
-  pool_job j = {y, argmax, x, n_planes, lamp_cpu_threads(), g};
-  return lamp_cpu_parallel_for(j.tasks, maxpool_task, &j);
 }
 
 /*
@@ -212,30 +185,6 @@ static void maxpool_backward_plane(float *dx, const float *dy, const int32_t *ar
     if (w % 2) r0[w - 1] = r1[w - 1] = 0.0f;
   }
   if (g->height % 2) memset(dx + (g->height - 1) * w, 0, w * sizeof *dx);
-}
-
-typedef struct pool_back_job {
-  float *dx;
-  const float *dy;
-  const int32_t *argmax;
-  size_t n_planes, tasks;
-  const lamp_conv_geom *g;
-} pool_back_job;
-
-static lamp_status maxpool_backward_task(void *ctx, size_t worker, size_t t) {
-  const pool_back_job *j = ctx;
-  (void)worker;
-  size_t in = j->g->height * j->g->width, out = j->g->out_h * j->g->out_w;
-  for (size_t p = j->n_planes * t / j->tasks; p < j->n_planes * (t + 1) / j->tasks; p++)
-    maxpool_backward_plane(j->dx + p * in, j->dy + p * out, j->argmax + p * out, j->g);
-  return LAMP_OK;
-}
-
-static lamp_status max_backward_f32(float *dx, const float *dy, const int32_t *argmax, size_t n_planes,
-                                    const lamp_conv_geom *g) {
-  pool_back_job j = {dx, dy, argmax, n_planes, lamp_cpu_threads(), g};
-  if (j.tasks > n_planes) j.tasks = n_planes ? n_planes : 1;
-  return lamp_cpu_parallel_for(j.tasks, maxpool_backward_task, &j);
 }
 
 static void avgpool_plane(float *y, const float *x, const lamp_conv_geom *g) {
@@ -297,50 +246,20 @@ static void global_avg_planes(float *y, const float *x, size_t n_planes, size_t 
   }
 }
 
-static lamp_status avgpool_task(void *ctx, size_t worker, size_t t) {
-  const pool_job *j = ctx;
-  (void)worker;
-  size_t in = j->g->height * j->g->width, out = j->g->out_h * j->g->out_w;
-  size_t p0 = j->n_planes * t / j->tasks, p1 = j->n_planes * (t + 1) / j->tasks;
-  if (is_global(j->g)) {
-    global_avg_planes(j->y + p0, j->x + p0 * in, p1 - p0, in, 1.0f / (float)in);
-    return LAMP_OK;
-  }
-  for (size_t p = p0; p < p1; p++) avgpool_plane(j->y + p * out, j->x + p * in, j->g);
-  return LAMP_OK;
-}
-
-static lamp_status avg_forward_f32(float *y, const float *x, size_t n_planes, const lamp_conv_geom *g) {
-  pool_job j = {y, NULL, x, n_planes, lamp_cpu_threads(), g};
-  return lamp_cpu_parallel_for(j.tasks, avgpool_task, &j);
-}
-
-static lamp_status avgpool_backward_task(void *ctx, size_t worker, size_t t) {
-  const pool_back_job *j = ctx;
-  (void)worker;
-  size_t in = j->g->height * j->g->width, out = j->g->out_h * j->g->out_w;
-  size_t p0 = j->n_planes * t / j->tasks, p1 = j->n_planes * (t + 1) / j->tasks;
-  memset(j->dx + p0 * in, 0, (p1 - p0) * in * sizeof *j->dx);
-  for (size_t p = p0; p < p1; p++) avgpool_plane_backward(j->dx + p * in, j->dy + p * out, j->g);
-  return LAMP_OK;
-}
-
-static lamp_status avg_backward_f32(float *dx, const float *dy, size_t n_planes, const lamp_conv_geom *g) {
-  pool_back_job j = {dx, dy, NULL, n_planes, lamp_cpu_threads(), g};
-  return lamp_cpu_parallel_for(j.tasks, avgpool_backward_task, &j);
-}
-
-/* ---- any float dtype, a group of planes at a time ------------------------------------------- */
+/* ---- any float dtype, a task's planes a few at a time --------------------------------------- */
 /*
-** The kernels above run in fp32. A 16-bit input or gradient is widened into a workspace first and
-** the result rounded once to the output dtype: comparisons and averages of widened values are
-** exact or fp32-rounded, as in PyTorch's CPU bf16 kernels, which accumulate in fp32. The planes
-** are independent, so 16-bit tensors go through the workspace a group of planes at a time
-** (STAGE_ELEMENTS), never as whole fp32 copies.
+** The kernels above run in fp32. A 16-bit input or gradient is widened into the worker's own
+** workspace and the result rounded once to the output dtype: comparisons and averages of widened
+** values are exact or fp32-rounded, as in PyTorch's CPU bf16 kernels, which accumulate in fp32.
+** The planes are independent, so each task stages its own a few at a time (STAGE_ELEMENTS): the
+** widened planes stay in the first-level cache between widening, pooling and rounding, and a
+** pass is one parallel loop. Staging whole groups in three loops of their own (widen, pool,
+** round) cost the small ResNet in bf16 several percent of a step in the pool's hand-offs and its
+** trips through memory.
 */
 
-/* fp32 elements a staged group of planes may take on its larger side (1 MiB). */
-#define STAGE_ELEMENTS 262144
+/* fp32 elements a staged run of planes may take on its larger side (32 KiB). */
+#define STAGE_ELEMENTS 8192
 
 typedef enum pool_kind { MAX_FORWARD, MAX_BACKWARD, AVG_FORWARD, AVG_BACKWARD } pool_kind;
 
@@ -353,17 +272,37 @@ typedef struct pool_pass {
   const void *in;
   lamp_dtype in_dtype;
   int32_t *argmax; /* written by MAX_FORWARD, read by MAX_BACKWARD */
-  size_t in_plane, out_plane;
+  size_t in_plane, out_plane, planes, tasks;
   const lamp_conv_geom *g;
 } pool_pass;
 
-static lamp_status run_f32(const pool_pass *p, float *out, const float *in, size_t first_plane, size_t n) {
-  int32_t *arg = p->argmax != NULL ? p->argmax + first_plane * p->g->out_h * p->g->out_w : NULL;
+/* Planes [first, first + n) in fp32: out and in point at the first of them. */
+static void run_planes(const pool_pass *p, float *out, const float *in, size_t first, size_t n) {
+  const lamp_conv_geom *g = p->g;
+  size_t ip = p->in_plane, op = p->out_plane;
+  int32_t *arg = p->argmax != NULL ? p->argmax + first * (g->out_h * g->out_w) : NULL;
   switch (p->kind) {
-  case MAX_FORWARD: return max_forward_f32(out, arg, in, n, p->g);
-  case MAX_BACKWARD: return max_backward_f32(out, in, arg, n, p->g);
-  case AVG_FORWARD: return avg_forward_f32(out, in, n, p->g);
-  default: return avg_backward_f32(out, in, n, p->g);
+  case MAX_FORWARD:
+    for (size_t k = 0; k < n; k++) {
+      float *y = out + k * op;
+      int32_t *a = arg + k * op;
+      const float *x = in + k * ip;
+      if (!is_2x2(g)) maxpool_plane(y, a, x, g);
+      else if (!maxpool_fast(y, a, x, g)) maxpool_plane_2x2(y, a, x, g);
+    }
+    return;
+  case MAX_BACKWARD:
+    for (size_t k = 0; k < n; k++) maxpool_backward_plane(out + k * op, in + k * ip, arg + k * ip, g);
+    return;
+  case AVG_FORWARD:
+    if (is_global(g)) global_avg_planes(out, in, n, ip, 1.0f / (float)ip);
+    else
+      for (size_t k = 0; k < n; k++) avgpool_plane(out + k * op, in + k * ip, g);
+    return;
+  default:
+    memset(out, 0, n * op * sizeof *out);
+    for (size_t k = 0; k < n; k++) avgpool_plane_backward(out + k * op, in + k * ip, g);
+    return;
   }
 }
 
@@ -371,37 +310,43 @@ static char *element_at(const void *data, lamp_dtype dtype, size_t i) {
   return (char *)data + i * (dtype == LAMP_F32 ? 4 : 2);
 }
 
-/* Planes per kernel call: all of them when both sides are fp32, else as many as keep the staging
-   within STAGE_ELEMENTS (at least one). */
-static size_t group_planes(const pool_pass *p, size_t planes) {
-  if (p->in_dtype == LAMP_F32 && p->out_dtype == LAMP_F32) return planes;
+/* Planes per staged run: as many as keep each side within STAGE_ELEMENTS, at least one. */
+static size_t stage_planes(const pool_pass *p) {
   size_t larger = p->in_plane > p->out_plane ? p->in_plane : p->out_plane;
-  size_t group = larger > 0 ? STAGE_ELEMENTS / larger : planes;
-  if (group == 0) group = 1;
-  return group < planes ? group : planes;
+  size_t n = larger > 0 ? STAGE_ELEMENTS / larger : p->planes;
+  return n > 0 ? n : 1;
 }
 
-static lamp_status run_staged(const pool_pass *p, size_t planes) {
-  size_t group = group_planes(p, planes);
+/* Task t's planes: straight through when both sides are fp32, else staged a few at a time. */
+static lamp_status pool_task(void *ctx, size_t worker, size_t t) {
+  const pool_pass *p = ctx;
+  (void)worker;
+  size_t p0 = p->planes * t / p->tasks, p1 = p->planes * (t + 1) / p->tasks;
+  if (p->in_dtype == LAMP_F32 && p->out_dtype == LAMP_F32) {
+    run_planes(p, (float *)p->out + p0 * p->out_plane, (const float *)p->in + p0 * p->in_plane, p0, p1 - p0);
+    return LAMP_OK;
+  }
+  size_t run = stage_planes(p);
   float *in32 = NULL, *out32 = NULL;
-  if (p->in_dtype != LAMP_F32 && (in32 = lamp_cpu_workspace(LAMP_CPU_WS_STAGE_IN, group * p->in_plane * 4)) == NULL)
+  if (p->in_dtype != LAMP_F32 && (in32 = lamp_cpu_workspace(LAMP_CPU_WS_STAGE_IN, run * p->in_plane * 4)) == NULL)
     return LAMP_ERR_SYSTEM;
-  if (p->out_dtype != LAMP_F32 && (out32 = lamp_cpu_workspace(LAMP_CPU_WS_STAGE_OUT, group * p->out_plane * 4)) == NULL)
+  if (p->out_dtype != LAMP_F32 && (out32 = lamp_cpu_workspace(LAMP_CPU_WS_STAGE_OUT, run * p->out_plane * 4)) == NULL)
     return LAMP_ERR_SYSTEM;
   lamp_status st = LAMP_OK;
-  for (size_t p0 = 0; st == LAMP_OK && p0 < planes; p0 += group) {
-    size_t n = group < planes - p0 ? group : planes - p0;
-    const float *in = (const float *)p->in + p0 * p->in_plane;
-    float *out = out32 != NULL ? out32 : (float *)p->out + p0 * p->out_plane;
+  for (size_t first = p0; st == LAMP_OK && first < p1; first += run) {
+    size_t n = run < p1 - first ? run : p1 - first;
+    const float *in = (const float *)p->in + first * p->in_plane;
+    float *out = out32 != NULL ? out32 : (float *)p->out + first * p->out_plane;
     if (in32 != NULL) {
-      st = lamp_cpu_convert_parallel(in32, LAMP_F32, element_at(p->in, p->in_dtype, p0 * p->in_plane), p->in_dtype,
-                                     n * p->in_plane);
+      st = lamp_cpu_convert(in32, LAMP_F32, element_at(p->in, p->in_dtype, first * p->in_plane), p->in_dtype,
+                            n * p->in_plane);
       in = in32;
     }
-    if (st == LAMP_OK) st = run_f32(p, out, in, p0, n);
-    if (st == LAMP_OK && out32 != NULL)
-      st = lamp_cpu_convert_parallel(element_at(p->out, p->out_dtype, p0 * p->out_plane), p->out_dtype, out32, LAMP_F32,
-                                     n * p->out_plane);
+    if (st != LAMP_OK) break;
+    run_planes(p, out, in, first, n);
+    if (out32 != NULL)
+      st = lamp_cpu_convert(element_at(p->out, p->out_dtype, first * p->out_plane), p->out_dtype, out32, LAMP_F32,
+                            n * p->out_plane);
   }
   return st;
 }
@@ -411,33 +356,36 @@ static lamp_status pool_run(const char *fn, pool_pass *p, size_t planes) {
   if (s == LAMP_OK) s = lamp_cpu_check_float(fn, "input", p->in_dtype);
   if (s == LAMP_OK) s = lamp_cpu_check_float(fn, "output", p->out_dtype);
   if (s != LAMP_OK) return s;
-  return run_staged(p, planes);
+  p->planes = planes;
+  p->tasks = lamp_cpu_threads() < planes ? lamp_cpu_threads() : planes;
+  if (p->tasks == 0) p->tasks = 1;
+  return lamp_cpu_parallel_for(p->tasks, pool_task, p);
 }
 
 lamp_status lamp_cpu_maxpool_forward(void *y, lamp_dtype y_dtype, int32_t *argmax, const void *x, lamp_dtype x_dtype,
                                      size_t n_planes, const lamp_conv_geom *g) {
   size_t in = g->height * g->width, out = g->out_h * g->out_w;
-  pool_pass p = {MAX_FORWARD, y, y_dtype, x, x_dtype, argmax, in, out, g};
+  pool_pass p = {MAX_FORWARD, y, y_dtype, x, x_dtype, argmax, in, out, 0, 0, g};
   return pool_run("maxpool_forward", &p, n_planes);
 }
 
 lamp_status lamp_cpu_maxpool_backward(void *dx, lamp_dtype dx_dtype, const void *dy, lamp_dtype dy_dtype,
                                       const int32_t *argmax, size_t n_planes, const lamp_conv_geom *g) {
   size_t in = g->height * g->width, out = g->out_h * g->out_w;
-  pool_pass p = {MAX_BACKWARD, dx, dx_dtype, dy, dy_dtype, (int32_t *)(uintptr_t)argmax, out, in, g};
+  pool_pass p = {MAX_BACKWARD, dx, dx_dtype, dy, dy_dtype, (int32_t *)(uintptr_t)argmax, out, in, 0, 0, g};
   return pool_run("maxpool_backward", &p, n_planes);
 }
 
 lamp_status lamp_cpu_avgpool_forward(void *y, lamp_dtype y_dtype, const void *x, lamp_dtype x_dtype, size_t n_planes,
                                      const lamp_conv_geom *g) {
   size_t in = g->height * g->width, out = g->out_h * g->out_w;
-  pool_pass p = {AVG_FORWARD, y, y_dtype, x, x_dtype, NULL, in, out, g};
+  pool_pass p = {AVG_FORWARD, y, y_dtype, x, x_dtype, NULL, in, out, 0, 0, g};
   return pool_run("avgpool_forward", &p, n_planes);
 }
 
 lamp_status lamp_cpu_avgpool_backward(void *dx, lamp_dtype dx_dtype, const void *dy, lamp_dtype dy_dtype,
                                       size_t n_planes, const lamp_conv_geom *g) {
   size_t in = g->height * g->width, out = g->out_h * g->out_w;
-  pool_pass p = {AVG_BACKWARD, dx, dx_dtype, dy, dy_dtype, NULL, out, in, g};
+  pool_pass p = {AVG_BACKWARD, dx, dx_dtype, dy, dy_dtype, NULL, out, in, 0, 0, g};
   return pool_run("avgpool_backward", &p, n_planes);
 }
