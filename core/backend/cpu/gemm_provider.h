@@ -73,9 +73,9 @@ void lamp_gemm_choice_describe(char *out, size_t size);
 
 /*
 ** One product through p: A and B are fp32, or bf16 when `bf16` (p->gemm_bf16 set), C is fp32.
-** On lamp_cpu_threads() threads outside the pool's loops: a provider that does not thread itself
-** gets C cut into that many blocks of rows or columns (a fixed cut for a given shape and thread
-** count, so the bits never depend on timing), each computed by one call on one worker.
+** A provider that does not thread itself gets C cut into blocks of rows or columns, each computed
+** by one call on one of the pool's workers. The cut depends on the shape alone (gemm_run.c), so
+** the bits depend neither on timing nor on the thread count.
 */
 lamp_status lamp_gemm_run(const lamp_gemm_provider *p, int bf16, int trans_a, int trans_b, int m, int n, int k,
                           float alpha, const void *a, int lda, const void *b, int ldb, float beta, float *c, int ldc);
