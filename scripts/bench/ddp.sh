@@ -9,6 +9,8 @@
 #   pytorch  2 processes x 1 thread   torch_twin.py --threads 1, RANK/WORLD_SIZE/MASTER_ADDR/MASTER_PORT
 #
 # The 2-rank lamp run goes twice, plain data parallel and with its optimizer state sharded (ZeRO-1).
+# PyTorch's ResNet runs go in its default layout and in channels_last (--memory-format), and each
+# of its ResNet figures is the better of the two.
 # SCRIPT is scripts/fmnist_mlp.lua or scripts/fmnist_resnet.lua (the twin's --arch mlp or cnn).
 # Prints samples/s (all ranks together) and test accuracy of each run, and each framework's
 # scaling efficiency: 2-rank throughput / (2 x 1-rank throughput). PyTorch runs with the
@@ -38,6 +40,8 @@ export OPENBLAS_NUM_THREADS=1
 # The workload of the runs below: its lamp script, the twin's --arch, its epochs and lamp's arguments.
 workload() { # script arch default-epochs
   script=$1 arch=$2
+  formats=(contiguous)
+  [[ $arch == cnn ]] && formats+=(channels_last)
   ((epochs_given)) || epochs=$3
   lamp_epochs
 }
@@ -47,16 +51,16 @@ lamp_2() { # [--zero=1]
   LAMP_BIN="$build/lamp" LAMP_LOG=warn scripts/lamp-run -n 2 "$script" "${epoch_args[@]}" "$@" 2>/dev/null |
     lamp_result
 }
-torch_1() {
+torch_1() { # memory-format
   env ${lamp_core:+OPENBLAS_CORETYPE=$lamp_core} "$python" "$ref" --arch "$arch" --epochs "$epochs" --threads 1 \
-    2>/dev/null | torch_result
+    --memory-format "$1" 2>/dev/null | torch_result
 }
-torch_2() {
+torch_2() { # memory-format
   local port=$((29500 + RANDOM % 2000)) out pids=()
   out=$(mktemp -d)
   for r in 0 1; do
     env ${lamp_core:+OPENBLAS_CORETYPE=$lamp_core} MASTER_ADDR=127.0.0.1 MASTER_PORT=$port WORLD_SIZE=2 RANK=$r \
-      "$python" "$ref" --arch "$arch" --epochs "$epochs" --threads 1 >"$out/rank$r" 2>&1 &
+      "$python" "$ref" --arch "$arch" --epochs "$epochs" --threads 1 --memory-format "$1" >"$out/rank$r" 2>&1 &
     pids+=($!)
   done
   for p in "${pids[@]}"; do wait "$p" || true; done
@@ -79,8 +83,13 @@ scaling() { # key title
   report "lamp 1 rank x 1 thread (core $lamp_core)" "$(lamp_1)"; l1=$last l1_acc=$last_acc
   report "lamp 2 ranks x 1 thread (mpi)" "$(lamp_2)"; l2=$last l2_acc=$last_acc
   report "lamp 2 ranks x 1 thread (mpi, ZeRO-1)" "$(lamp_2 --zero=1)"; lz=$last lz_acc=$last_acc
-  report "pytorch 1 process x 1 thread" "$(torch_1)"; t1=$last t1_acc=$last_acc
-  report "pytorch DDP 2 processes x 1 thread (gloo)" "$(torch_2)"; t2=$last t2_acc=$last_acc
+  local f t1=0 t2=0
+  for f in "${formats[@]}"; do
+    report "pytorch 1 process x 1 thread${formats[1]:+ $f}" "$(torch_1 "$f")"
+    if ((last > t1)); then t1=$last t1_acc=$last_acc; fi
+    report "pytorch DDP 2 processes x 1 thread (gloo)${formats[1]:+ $f}" "$(torch_2 "$f")"
+    if ((last > t2)); then t2=$last t2_acc=$last_acc; fi
+  done
   bench_record row "$1-1" "$l1" "$l1_acc" "$t1" "$t1_acc"
   bench_record row "$1-2" "$l2" "$l2_acc" "$t2" "$t2_acc"
   bench_record row "$1-zero-2" "$lz" "$lz_acc" "$t2" "$t2_acc"

@@ -2,8 +2,9 @@
 # Benchmark: the small ResNet (scripts/lib/resnet.lua; torch_twin.py --arch cnn) in lamp fp32, bf16
 # and fp16 against PyTorch fp32 and bf16 autocast, side by side in one run, batch 128, SGD, on a
 # quarter of Fashion-MNIST (--epochs=E changes the fraction; accuracy after so little training is
-# only a sanity check). PyTorch runs with one thread and with as many as lamp's OpenBLAS uses; each
-# of its figures is the better of the two. Prints samples/s and the ratios lamp fp32 / PyTorch
+# only a sanity check). PyTorch runs with one thread and with as many as lamp's OpenBLAS uses, each
+# in its default layout and in channels_last (NHWC, which its CPU convolutions run fastest on); each
+# of its figures is the best of the four. Prints samples/s and the ratios lamp fp32 / PyTorch
 # fp32, lamp bf16 / PyTorch bf16, lamp bf16 / lamp fp32 and lamp fp16 / lamp fp32, each as
 # best-of-N and as the median of the ratios inside each repeat (see common.sh).
 #
@@ -27,9 +28,9 @@ thread_counts=(1)
 lamp_run() { # precision
   build/lamp scripts/fmnist_resnet.lua "${epoch_args[@]}" --precision="$1" 2>/dev/null | lamp_result
 }
-torch_run() { # precision threads
-  env OPENBLAS_CORETYPE="$core" "$python" "$ref" --arch cnn --threads "$2" --precision "$1" --epochs "$epochs" \
-    2>/dev/null | torch_result
+torch_run() { # precision threads memory-format
+  env OPENBLAS_CORETYPE="$core" "$python" "$ref" --arch cnn --threads "$2" --precision "$1" --memory-format "$3" \
+    --epochs "$epochs" 2>/dev/null | torch_result
 }
 
 printf "%-40s %10s %10s\n" "run (small ResNet, batch 128, sgd, $epochs epoch)" "samples/s" "accuracy"
@@ -44,10 +45,12 @@ for ((i = 1; i <= repeat; i++)); do
   for p in fp32 bf16; do
     top=0
     for t in "${thread_counts[@]}"; do
-      read -r sps acc <<<"$(torch_run $p "$t")"
-      keep "torch $p --threads $t" "$sps"
-      printf "%-40s %10s %9s%%\n" "pytorch $p --threads $t" "$sps" "$acc"
-      (( sps > top )) && { top=$sps; acc_of["torch $p"]=$acc; }
+      for f in contiguous channels_last; do
+        read -r sps acc <<<"$(torch_run $p "$t" $f)"
+        keep "torch $p --threads $t $f" "$sps"
+        printf "%-40s %10s %9s%%\n" "pytorch $p --threads $t $f" "$sps" "$acc"
+        (( sps > top )) && { top=$sps; acc_of["torch $p"]=$acc; }
+      done
     done
     keep "torch $p" "$top"
   done

@@ -11,11 +11,13 @@ the same layers with PyTorch's default initialisation, Fashion-MNIST normalised 
 processes together, timed over the training steps only; and the test accuracy as a fraction.
 
   python3 scripts/bench/torch_twin.py [--arch mlp|cnn] [--threads T] [--epochs E]
-      [--precision fp32|bf16] [--batch 128] [--seed 0]
+      [--precision fp32|bf16] [--memory-format contiguous|channels_last] [--batch 128] [--seed 0]
 
 --epochs takes fractions: E epochs are floor(E x steps per epoch) optimizer steps, the cosine
 spread over them. bf16 runs the forward pass (and the evaluation) under torch.autocast on the CPU;
 the weights, their gradients and the optimizer stay fp32, as under lamp's bf16 policy.
+--memory-format channels_last (--arch cnn only) keeps the ResNet's weights and every batch in
+PyTorch's channels-last layout (NHWC), the one its oneDNN convolutions run fastest on the CPU.
 With RANK, WORLD_SIZE, MASTER_ADDR and MASTER_PORT all set, the process is one rank of
 DistributedDataParallel over gloo: --batch is the global batch, every rank takes its share of each
 step's samples (the same samples as one process would take), and rank 0 evaluates and prints.
@@ -47,6 +49,8 @@ def parse():
     p.add_argument("--threads", type=int, default=1, help="torch's intra-op threads (per process)")
     p.add_argument("--epochs", type=float, default=1.0, help="passes over the training set, fractions allowed")
     p.add_argument("--precision", choices=["fp32", "bf16"], default="fp32")
+    p.add_argument("--memory-format", choices=["contiguous", "channels_last"], default="contiguous",
+                   help="the cnn's layout for weights and batches (channels_last: NHWC)")
     p.add_argument("--batch", type=int, default=128, help="the global batch")
     p.add_argument("--seed", type=int, default=0)
     a = p.parse_args()
@@ -54,6 +58,8 @@ def parse():
         p.error(f"--threads and --batch must be >= 1, got --threads {a.threads} --batch {a.batch}")
     if not (a.epochs > 0 and math.isfinite(a.epochs)):
         p.error(f"--epochs must be a number > 0, got {a.epochs}")
+    if a.memory_format == "channels_last" and a.arch != "cnn":
+        p.error(f"--memory-format channels_last applies to --arch cnn only, got --arch {a.arch}")
     return a
 
 
@@ -130,6 +136,11 @@ def join_ddp(torch):
     return torch.distributed.get_rank(), torch.distributed.get_world_size()
 
 
+def in_layout(torch, x, memory_format):
+    """x as the model takes it: a channels-last copy under --memory-format channels_last."""
+    return x.contiguous(memory_format=torch.channels_last) if memory_format == "channels_last" else x
+
+
 def autocast(torch, precision):
     return torch.autocast(device_type="cpu", dtype=torch.bfloat16, enabled=precision == "bf16")
 
@@ -157,7 +168,7 @@ def train(torch, a, model, data, rank, world):
                 g["lr"] = LR * 0.5 * (1.0 + math.cos(math.pi * step / total))
             opt.zero_grad(set_to_none=True)
             with autocast(torch, a.precision):
-                loss = loss_fn(model(x[idx]), y[idx])
+                loss = loss_fn(model(in_layout(torch, x[idx], a.memory_format)), y[idx])
             loss.backward()
             opt.step()
             loss_sum += loss.item()
@@ -165,14 +176,14 @@ def train(torch, a, model, data, rank, world):
     return total, time.perf_counter() - start, loss_sum / total
 
 
-def evaluate(torch, model, data, precision):
+def evaluate(torch, model, data, precision, memory_format):
     """(mean loss, accuracy) over the test set in batches of 1000, as lamp's evaluation."""
     x, y = data
     model.eval()
     loss_sum, correct = 0.0, 0
     with torch.no_grad(), autocast(torch, precision):
         for first in range(0, x.shape[0], 1000):
-            out = model(x[first:first + 1000]).float()
+            out = model(in_layout(torch, x[first:first + 1000], memory_format)).float()
             loss_sum += torch.nn.functional.cross_entropy(out, y[first:first + 1000], reduction="sum").item()
             correct += (out.argmax(1) == y[first:first + 1000]).sum().item()
     return loss_sum / x.shape[0], correct / x.shape[0]
@@ -185,13 +196,15 @@ def run(torch, a):
         raise Failure(f"--batch {a.batch} (the global batch) must be a multiple of the {world} ranks")
     torch.manual_seed(a.seed)
     net = resnet(torch) if a.arch == "cnn" else mlp(torch.nn)
+    if a.memory_format == "channels_last":
+        net = net.to(memory_format=torch.channels_last)
     model = torch.nn.parallel.DistributedDataParallel(net) if world > 1 else net
     train_data = load_split(torch, "train", a.arch)
     test_data = load_split(torch, "t10k", a.arch) if rank == 0 else None
     steps, seconds, train_loss = train(torch, a, model, train_data, rank, world)
     if rank == 0:
-        test_loss, accuracy = evaluate(torch, net, test_data, a.precision)
-        print(f"torch_twin: torch {torch.__version__} {a.arch} {a.precision}, {world} process(es) x {a.threads} "
+        test_loss, accuracy = evaluate(torch, net, test_data, a.precision, a.memory_format)
+        print(f"torch_twin: torch {torch.__version__} {a.arch} {a.precision} {a.memory_format}, {world} process(es) x {a.threads} "
               f"thread(s): {steps} steps of {a.batch} in {seconds:.2f} s, train loss {train_loss:.4f}, "
               f"test loss {test_loss:.4f}, samples/s={steps * a.batch / seconds:.0f} test_acc={accuracy:.4f}",
               flush=True)

@@ -161,6 +161,10 @@ equals "and names the interpreter and the ways to get PyTorch" "${out##*$'\n'}" 
 # The twin checks its command line before it imports torch.
 out=$(python3 "$src/scripts/bench/torch_twin.py" --epochs 0 2>&1); equals "the twin's --epochs 0 exits 2" $? 2
 contains "and says why" "$out" "error: --epochs must be a number > 0, got 0.0"
+out=$(python3 "$src/scripts/bench/torch_twin.py" --memory-format channels_last 2>&1)
+equals "the twin's channels_last for the MLP exits 2" $? 2
+contains "and names the architecture it applies to" "$out" \
+  "error: --memory-format channels_last applies to --arch cnn only, got --arch mlp"
 
 echo "bench all.sh: $passed passed, $failed failed"
 [[ $failed -eq 0 ]]
