@@ -85,6 +85,7 @@ prerequisites() {
   echo "all.sh: PyTorch $torch_version from $python ($torch_origin; $torch_libs)"
   local missing=()
   [[ -x build/lamp ]] || missing+=("build/lamp (scripts/build.sh)")
+  [[ -x build/bench/peak_bench ]] || missing+=("build/bench/peak_bench (scripts/build.sh)")
   [[ -f build/plugins/comm/mpi.so ]] || missing+=("build/plugins/comm/mpi.so (MPI missing at build time? scripts/install-deps.sh)")
   command -v mpirun >/dev/null || missing+=("mpirun (scripts/install-deps.sh)")
   [[ -f "${LAMP_TORCH_REF:-scripts/bench/torch_twin.py}" ]] || missing+=("the PyTorch twin ${LAMP_TORCH_REF:-scripts/bench/torch_twin.py} (LAMP_TORCH_REF)")
@@ -92,6 +93,18 @@ prerequisites() {
     printf 'all.sh: missing %s\n' "${missing[@]}" >&2
     exit 1
   fi
+}
+
+# The arithmetic peak of all cores at once, from peak_bench's "all threads" column: the fastest
+# fp32 kernel, and bf16 pairs where the CPU has them ("fp32 231 GFLOP/s, bf16 461 GFLOP/s").
+arithmetic_peak() {
+  build/bench/peak_bench --ms=200 | awk '
+    $1 ~ /^fma/ && $NF != "-" && $NF + 0 > fp32 { fp32 = $NF + 0 }
+    $1 == "dpbf16" && $NF != "-" { bf16 = $NF + 0 }
+    END {
+      if (fp32) printf "fp32 %.0f GFLOP/s", fp32
+      if (bf16) printf ", bf16 %.0f GFLOP/s", bf16
+    }'
 }
 
 # The machine and software, as "meta" records: written into the records so that --from
@@ -110,6 +123,7 @@ machine_records() {
   bench_record meta lamp "$(build/lamp --version | head -1 | sed 's/ (.*//')"
   bench_record meta blas "$(build/lamp --version | sed -n 's/^blas \(OpenBLAS [^ ]*\).*(core \(.*\))$/\1 with its \2 kernels/p')"
   bench_record meta gemm "$(build/lamp devices | sed -n 's/^    gemm: //p' | head -1)"
+  bench_record meta peak "$(arithmetic_peak)"
   bench_record meta torch "PyTorch $torch_version from $torch_origin ($torch_libs)"
   bench_record meta repeat "$repeat"
   local own="each benchmark's own (one epoch, a quarter for the ResNet)"
@@ -187,6 +201,8 @@ render() { # records
       printf "- Machine: %s, %s cores (%s), %s of memory, %s\n", meta["cpu"], meta["cores"], meta["features"],
         meta["memory"], meta["os"]
       printf "- %s, %s; GEMMs: %s\n", meta["lamp"], meta["blas"], meta["gemm"]
+      if (meta["peak"] != "")
+        printf "- Arithmetic peak of all cores (`build/bench/peak_bench`): %s; the products of one training sample are 9.56 MFLOP in the MLP, 49.2 MFLOP in the small ResNet\n", meta["peak"]
       printf "- %s\n", meta["torch"]
       printf "- Repeats: %s; epochs per run: %s\n\n", meta["repeat"], meta["epochs"]
       print "| benchmark | lamp samples/s | PyTorch samples/s | lamp / PyTorch | test accuracy, lamp / PyTorch |"

@@ -4,7 +4,8 @@
 # without a PyTorch side, the scaling line, the optimizer passes, the command), in a new file and
 # between the markers of an existing one, leaving the rest of it alone, the same bytes when
 # rewritten; and its refusals: a file without markers, records of something else, a wrong command
-# line, an interpreter without torch; the twin's own command-line check.
+# line, an interpreter without torch; the twin's own command-line check; peak_bench's rows and
+# its refusal of a bad argument.
 # Usage: test_bench_all.sh LAMP_BINARY SOURCE_DIR
 set -u
 src=$2
@@ -122,6 +123,26 @@ equals "the page keeps its prose and gets the section between its markers" "$(ca
 cp "$tmp/page.md" "$tmp/page-first.md"
 "$all" --from="$tmp/records.tsv" --out="$tmp/page.md" >/dev/null 2>&1
 cmp -s "$tmp/page.md" "$tmp/page-first.md"; check "rewriting from the same records gives the same bytes" $?
+
+# Records that carry the arithmetic peak: one more line about the machine, after lamp's.
+cp "$tmp/records.tsv" "$tmp/peak.tsv"
+printf 'meta\tpeak\tfp32 231 GFLOP/s, bf16 461 GFLOP/s\n' >>"$tmp/peak.tsv"
+"$all" --from="$tmp/peak.tsv" --out="$tmp/peak.md" >/dev/null 2>&1; check "--from with the peak exits 0" $?
+equals "the peak follows lamp's line, with the products of a sample" "$(grep -A1 '^- lamp' "$tmp/peak.md")" \
+  "- lamp 0.1.0, OpenBLAS 0.3.21 with its SkylakeX kernels; GEMMs: dnnl; bf16: dnnl
+- Arithmetic peak of all cores (\`build/bench/peak_bench\`): fp32 231 GFLOP/s, bf16 461 GFLOP/s; the products of one training sample are 9.56 MFLOP in the MLP, 49.2 MFLOP in the small ResNet"
+
+# peak_bench: a row per kernel, "-" for those the CPU (here capped to the x86-64 baseline) lacks.
+peak="$(dirname "$1")/bench/peak_bench"
+out=$(LAMP_CPU_ISA=sse "$peak" --ms=5 2>&1); equals "peak_bench on the baseline exits 0" $? 0
+equals "and has no kernel to run" "$(echo "$out" | awk 'NR > 1 && NR < 5 { print $NF }' | tr '\n' ' ')" "- - - "
+out=$("$peak" --ms=5 2>&1); equals "peak_bench exits 0" $? 0
+equals "names the three kernels" "$(echo "$out" | awk 'NR > 1 && NR < 5 { print $1 }' | tr '\n' ' ')" "fma512 fma256 dpbf16 "
+if grep -qw fma /proc/cpuinfo && grep -qw avx2 /proc/cpuinfo; then
+  echo "$out" | awk '$1 == "fma256" { exit !($NF + 0 > 0) }'; check "and rates the AVX2 kernel on this CPU" $?
+fi
+out=$("$peak" --ms=0 2>&1); equals "peak_bench --ms=0 exits 2" $? 2
+equals "and says what it expects" "$out" "peak_bench: unknown argument --ms=0 (expected --ms=T, T > 0)"
 
 # A relative --out is the caller's, not the repository's.
 (cd "$tmp" && "$all" --from=records.tsv --out=relative.md >/dev/null 2>&1); check "relative paths exit 0" $?
