@@ -8,8 +8,9 @@
 ** CPU with AVX512_BF16, where the pair kernel is chosen (AMD's CPUs, or LAMP_CONV_BF16=pairs), is
 ** summed in channel pairs (reference_pairs), also bit for bit. The weight gradient is a
 ** reassociation and is checked against a double-precision sum; its bf16 pair kernel, bit for bit
-** (reference_grad_pairs). tests/CMakeLists.txt runs this
-** program again with LAMP_CONV_BF16 set to pairs, to widen and to a bad value.
+** (reference_grad_pairs). Conv2d's bf16 y and dx are its fp32 ones rounded once.
+** tests/CMakeLists.txt runs this program again with LAMP_CONV_BF16 set to pairs, to widen and to a
+** bad value.
 */
 #include <math.h>
 #include <setjmp.h>
@@ -361,6 +362,44 @@ static void conv2d_bf16_groups_match_each_group_alone(void **state) {
   }
 }
 
+/*
+** Conv2d in bf16 (the pair kernel where it is chosen): a bf16 y and dx are the fp32 ones of the same
+** layer rounded once, with and without a bias (added before the rounding).
+*/
+static void conv2d_bf16_outputs_are_the_fp32_ones_rounded(void **state) {
+  (void)state;
+  enum { N = 2, CIN = 3, COUT = 20, H = 5, W = 9, PLANE = H * W, NW = COUT * CIN * 9 };
+  static uint16_t x[N * CIN * PLANE], dy[N * COUT * PLANE], y16[N * COUT * PLANE], dx16[N * CIN * PLANE];
+  static float y32[N * COUT * PLANE], dx32[N * CIN * PLANE], w[NW], bias[COUT];
+  for (size_t k = 0; k < N * CIN * PLANE; k++) x[k] = lamp_f32_to_bf16(next_value());
+  for (size_t k = 0; k < N * COUT * PLANE; k++) dy[k] = lamp_f32_to_bf16(next_value() * 1.01f);
+  for (size_t k = 0; k < NW; k++) w[k] = lamp_bf16_to_f32(lamp_f32_to_bf16(next_value()));
+  for (size_t k = 0; k < COUT; k++) bias[k] = next_value() / 3.0f;
+  for (int with_bias = 0; with_bias < 2; with_bias++) {
+    lamp_conv2d_args a = {.shape = {.batch = N, .in_channels = CIN, .out_channels = COUT, .groups = 1,
+                                    .height = H, .width = W, .kernel = 3, .stride = 1, .padding = 1,
+                                    .dilation = 1, .out_h = H, .out_w = W},
+                          .compute = LAMP_BF16, .x = x, .x_dtype = LAMP_BF16, .weight = w,
+                          .bias = with_bias ? bias : NULL, .operand_dtype = LAMP_F32, .y = y32,
+                          .y_dtype = LAMP_F32, .dy = dy, .dy_dtype = LAMP_BF16, .dx = dx32, .dx_dtype = LAMP_F32};
+    lamp_conv2d_args b = a;
+    b.y = y16, b.y_dtype = LAMP_BF16, b.dx = dx16, b.dx_dtype = LAMP_BF16;
+    void *plan = NULL, *plan16 = NULL;
+    assert_int_equal(lamp_conv2d_forward(LAMP_CPU, &plan, &a), LAMP_OK);
+    assert_int_equal(lamp_conv2d_backward(LAMP_CPU, &plan, &a), LAMP_OK);
+    assert_int_equal(lamp_conv2d_forward(LAMP_CPU, &plan16, &b), LAMP_OK);
+    assert_int_equal(lamp_conv2d_backward(LAMP_CPU, &plan16, &b), LAMP_OK);
+    lamp_conv2d_plan_free(LAMP_CPU, plan);
+    lamp_conv2d_plan_free(LAMP_CPU, plan16);
+    for (size_t k = 0; k < N * COUT * PLANE; k++)
+      if (y16[k] != lamp_f32_to_bf16(y32[k]))
+        fail_msg("bias %d: y[%zu] = 0x%04x, the fp32 y rounded 0x%04x", with_bias, k, y16[k], lamp_f32_to_bf16(y32[k]));
+    for (size_t k = 0; k < N * CIN * PLANE; k++)
+      if (dx16[k] != lamp_f32_to_bf16(dx32[k]))
+        fail_msg("dx[%zu] = 0x%04x, the fp32 dx rounded 0x%04x", k, dx16[k], lamp_f32_to_bf16(dx32[k]));
+  }
+}
+
 static char warning[512];
 static int warnings;
 
@@ -400,6 +439,7 @@ int main(void) {
       cmocka_unit_test(bf16_gradient_pairs_match_reference_bit_for_bit),
       cmocka_unit_test(conv2d_bf16_input_gradient),
       cmocka_unit_test(conv2d_bf16_groups_match_each_group_alone),
+      cmocka_unit_test(conv2d_bf16_outputs_are_the_fp32_ones_rounded),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
