@@ -2,8 +2,9 @@
 # Runs every benchmark of scripts/bench/ (mlp, precision, resnet, ddp, optim), each side by side
 # with PyTorch where PyTorch has a counterpart, and rewrites the results in docs/benchmarks.md:
 # one table of lamp's and PyTorch's samples/s, their ratio and the test accuracies, the optimizer
-# passes' bandwidth, the machine, the OpenBLAS kernel and the PyTorch they ran on, and the command
-# that regenerates them. Nothing is written unless every benchmark finished.
+# passes' bandwidth, the machine, its arithmetic peak (build/bench/peak_bench), the OpenBLAS kernel
+# and the PyTorch they ran on, and the command that regenerates them. Nothing is written unless
+# every benchmark finished.
 #
 #   scripts/bench/all.sh [--repeat=N] [--epochs=E] [--out=FILE] [--check] [--from=RECORDS]
 #
@@ -250,7 +251,7 @@ if [[ -n "$from" ]]; then
   write_out "$from"
   exit 0
 fi
-[[ -x build/lamp ]] || ((check)) || scripts/build.sh
+[[ -x build/lamp && -x build/bench/peak_bench ]] || ((check)) || scripts/build.sh
 prerequisites
 ((check)) && { echo "all.sh: ready to run mlp, precision, resnet, ddp and optim.sh"; exit 0; }
 run_benchmarks
