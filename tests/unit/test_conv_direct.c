@@ -8,7 +8,7 @@
 ** CPU with AVX512_BF16, where the pair kernel is chosen (AMD's CPUs, or LAMP_CONV_BF16=pairs), is
 ** summed in channel pairs (reference_pairs), also bit for bit. The weight gradient is a
 ** reassociation and is checked against a double-precision sum; its bf16 pair kernel, bit for bit
-** (reference_grad_pairs). Conv2d's bf16 y and dx are its fp32 ones rounded once.
+** (reference_grad_pairs). Conv2d's bf16 y and dx are its fp32 y and dx rounded once.
 ** tests/CMakeLists.txt runs this program again with LAMP_CONV_BF16 set to pairs, to widen and to a
 ** bad value.
 */
