@@ -10,6 +10,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#if defined(__linux__)
+#include <sys/mman.h>
+#endif
 
 #include "base/error.h"
 #include "tensor/ledger.h"
@@ -18,9 +21,42 @@
 
 /* ---- the devices ---------------------------------------------------------------------------- */
 
+/*
+** Blocks of HUGE_PAGE bytes and more start on a HUGE_PAGE boundary and ask Linux for transparent
+** huge pages, which a kernel set to "madvise" (Debian's and Ubuntu's default) grants only where
+** asked. A step reads its weights, gradients and activations whole, several megabytes each: on
+** 4 KiB pages every GEMM walks hundreds of TLB entries, and the mpi communicator's single-copy
+** transfers pin the peer's gradient pages one at a time. The tail past the last whole huge page
+** keeps small pages, so no memory is spent on it; the alignment costs address space only.
+** LAMP_HUGE_PAGES=0 keeps small pages everywhere (to measure the difference).
+*/
+#define HUGE_PAGE ((size_t)2 << 20)
+
+/* Read at every large allocation (a getenv next to zeroing megabytes), so a test can set it. */
+int lamp_host_huge_pages(void) {
+#if defined(__linux__) && defined(MADV_HUGEPAGE)
+  const char *v = getenv("LAMP_HUGE_PAGES");
+  return !(v != NULL && strcmp(v, "0") == 0);
+#else
+  return 0;
+#endif
+}
+
+static void *alloc_huge(size_t bytes) {
+  void *p = NULL;
+  if (posix_memalign(&p, HUGE_PAGE, bytes) != 0) return NULL;
+#if defined(__linux__) && defined(MADV_HUGEPAGE)
+  (void)madvise(p, bytes, MADV_HUGEPAGE); /* advice: where THP is off, small pages, as before */
+#endif
+  return p;
+}
+
 void *lamp_host_alloc(size_t bytes) {
   size_t rounded = (bytes + ALIGNMENT - 1) & ~(size_t)(ALIGNMENT - 1);
-  void *p = rounded >= bytes ? aligned_alloc(ALIGNMENT, rounded ? rounded : ALIGNMENT) : NULL;
+  void *p = NULL;
+  if (rounded >= bytes)
+    p = rounded >= HUGE_PAGE && lamp_host_huge_pages() ? alloc_huge(rounded)
+                                                       : aligned_alloc(ALIGNMENT, rounded ? rounded : ALIGNMENT);
   if (p == NULL) lamp_error(LAMP_ERR_SYSTEM, "out of host memory");
   return p;
 }

@@ -29,8 +29,11 @@ typedef struct lamp_device_memory {
   lamp_status (*zero)(void *ptr, size_t bytes);
 } lamp_device_memory;
 
-/* The host's allocator, untracked (lamp_mem_alloc records what it hands out): 64-byte aligned. */
+/* The host's allocator, untracked (lamp_mem_alloc records what it hands out): 64-byte aligned;
+   blocks of 2 MiB and more 2 MiB aligned and marked for transparent huge pages where
+   lamp_host_huge_pages() (Linux, unless LAMP_HUGE_PAGES=0). */
 void *lamp_host_alloc(size_t bytes);
+int lamp_host_huge_pages(void);
 void lamp_host_free(void *ptr);
 lamp_status lamp_host_zero(void *ptr, size_t bytes);
 

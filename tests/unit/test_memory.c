@@ -8,8 +8,10 @@
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include <cmocka.h>
 
@@ -117,12 +119,76 @@ static void test_device_without_memory(void **state) {
   assert_string_equal(lamp_last_error(), "memory: unknown tag 7");
 }
 
+/*
+** The mapping of /proc/self/smaps that holds `p`: 1 with whether its VmFlags has `flag`, 0 where
+** there is no such file (not Linux) or no mapping holds p.
+*/
+static int mapping_flag(const void *p, const char *flag, int *has) {
+  FILE *f = fopen("/proc/self/smaps", "r");
+  if (f == NULL) return 0;
+  char line[512];
+  int inside = 0, found = 0;
+  uintptr_t at = (uintptr_t)p;
+  while (fgets(line, sizeof line, f) != NULL) {
+    unsigned long lo, hi;
+    if (sscanf(line, "%lx-%lx ", &lo, &hi) == 2 && strchr(line, '-') < strchr(line, ' ')) {
+      inside = at >= lo && at < hi;
+    } else if (inside && strncmp(line, "VmFlags:", 8) == 0) {
+      *has = 0;
+      for (char *word = strtok(line + 8, " \n"); word != NULL; word = strtok(NULL, " \n"))
+        if (strcmp(word, flag) == 0) *has = 1;
+      found = 1;
+      break;
+    }
+  }
+  fclose(f);
+  return found;
+}
+
+/* Blocks of 2 MiB and more start on a 2 MiB boundary and are marked for transparent huge pages
+   (VmFlags "hg") where the kernel has them; LAMP_HUGE_PAGES=0 keeps small pages. Either way the
+   block is zeroed and its size recorded. */
+static void test_large_blocks_ask_for_huge_pages(void **state) {
+  (void)state;
+  const size_t huge = (size_t)2 << 20, bytes = 2 * huge + 4100;
+  unsetenv("LAMP_HUGE_PAGES");
+  int thp = access("/sys/kernel/mm/transparent_hugepage/enabled", F_OK) == 0 && lamp_host_huge_pages();
+  unsigned char *p = lamp_mem_alloc(LAMP_HOST, LAMP_MEM_ACTIVATIONS, bytes);
+  assert_non_null(p);
+  assert_int_equal(lamp_mem_size(p), bytes);
+  assert_int_equal(p[0] | p[bytes / 2] | p[bytes - 1], 0);
+  int has = -1;
+  if (thp) {
+    assert_int_equal((uintptr_t)p % huge, 0);
+    assert_true(mapping_flag(p, "hg", &has));
+    assert_int_equal(has, 1);
+  }
+  lamp_mem_free(p);
+
+  setenv("LAMP_HUGE_PAGES", "0", 1);
+  assert_false(lamp_host_huge_pages());
+  p = lamp_mem_alloc(LAMP_HOST, LAMP_MEM_ACTIVATIONS, bytes);
+  assert_non_null(p);
+  assert_int_equal(p[0] | p[bytes - 1], 0);
+  has = -1;
+  if (mapping_flag(p, "hg", &has)) assert_int_equal(has, 0);
+  lamp_mem_free(p);
+  unsetenv("LAMP_HUGE_PAGES");
+
+  /* Small blocks keep the small pages of the heap they come from. */
+  p = lamp_mem_alloc(LAMP_HOST, LAMP_MEM_ACTIVATIONS, 4096);
+  assert_non_null(p);
+  assert_int_equal((uintptr_t)p % 64, 0);
+  lamp_mem_free(p);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_many_blocks_in_scrambled_order),
       cmocka_unit_test(test_foreign_pointers),
       cmocka_unit_test(test_ledger_per_device),
       cmocka_unit_test(test_device_without_memory),
+      cmocka_unit_test(test_large_blocks_ask_for_huge_pages),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
