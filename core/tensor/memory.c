@@ -46,7 +46,7 @@ static void *alloc_huge(size_t bytes) {
   void *p = NULL;
   if (posix_memalign(&p, HUGE_PAGE, bytes) != 0) return NULL;
 #if defined(__linux__) && defined(MADV_HUGEPAGE)
-  (void)madvise(p, bytes, MADV_HUGEPAGE); /* advice: where THP is off, small pages, as before */
+  (void)madvise(p, bytes, MADV_HUGEPAGE); /* advice: where THP is off, the block keeps small pages */
 #endif
   return p;
 }
